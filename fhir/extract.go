@@ -1,0 +1,271 @@
+package fhir
+
+import (
+	"encoding/json"
+	"strings"
+	"time"
+)
+
+// IndexKind is the index table a value goes to.
+type IndexKind int
+
+// Index kinds.
+const (
+	TokenIndex  IndexKind = iota // tokens, booleans and references: (system, value)
+	StringIndex                  // strings: normalised and exact
+	DateIndex                    // date ranges [Lo, Hi)
+)
+
+// IndexValue is one searchable value extracted from a resource.
+type IndexValue struct {
+	Code   string
+	Kind   IndexKind
+	System string // tokens only
+	Value  string // token value, reference, or exact string
+	Lo, Hi time.Time
+}
+
+// KindOf is the index kind of a parameter type.
+func KindOf(t ParamType) IndexKind {
+	switch t {
+	case StringParam:
+		return StringIndex
+	case DateParam:
+		return DateIndex
+	default:
+		return TokenIndex
+	}
+}
+
+// NormalizeString is how string parameters are compared: case-insensitive.
+func NormalizeString(s string) string { return strings.ToLower(strings.TrimSpace(s)) }
+
+// Extract computes every index value of r for the parameters of its type.
+func Extract(r Resource) []IndexValue {
+	var out []IndexValue
+	for _, p := range IndexedParams(r.Type()) {
+		seen := map[IndexValue]bool{}
+		for _, path := range p.Paths {
+			for _, node := range walkPath(map[string]any(r), strings.Split(path, ".")) {
+				for _, v := range valuesOf(p, node) {
+					v.Code = p.Code
+					v.Kind = KindOf(p.Type)
+					if !seen[v] {
+						seen[v] = true
+						out = append(out, v)
+					}
+				}
+			}
+		}
+	}
+	return out
+}
+
+// walkPath follows a dotted path, flattening arrays, applying "[k=v]" filters.
+func walkPath(v any, path []string) []any {
+	if len(path) == 0 {
+		if arr, ok := v.([]any); ok {
+			return arr
+		}
+		return []any{v}
+	}
+	if arr, ok := v.([]any); ok {
+		var out []any
+		for _, x := range arr {
+			out = append(out, walkPath(x, path)...)
+		}
+		return out
+	}
+	obj, ok := v.(map[string]any)
+	if !ok {
+		return nil
+	}
+	step := path[0]
+	var filterKey, filterVal string
+	if i := strings.IndexByte(step, '['); i > 0 && strings.HasSuffix(step, "]") {
+		filterKey, filterVal, _ = strings.Cut(step[i+1:len(step)-1], "=")
+		step = step[:i]
+	}
+	next, ok := obj[step]
+	if !ok {
+		return nil
+	}
+	if filterKey != "" {
+		var kept []any
+		items, isArr := next.([]any)
+		if !isArr {
+			items = []any{next}
+		}
+		for _, it := range items {
+			if m, ok := it.(map[string]any); ok && m[filterKey] == filterVal {
+				kept = append(kept, it)
+			}
+		}
+		next = kept
+	}
+	return walkPath(next, path[1:])
+}
+
+func valuesOf(p *SearchParam, node any) []IndexValue {
+	switch p.Type {
+	case StringParam:
+		return stringValues(node)
+	case DateParam:
+		return dateValues(node)
+	case ReferenceParam:
+		if ref := referenceOf(node); ref != "" {
+			return []IndexValue{{Value: ref}}
+		}
+		return nil
+	case BooleanParam:
+		if b, ok := node.(bool); ok {
+			if b {
+				return []IndexValue{{Value: "true"}}
+			}
+			return []IndexValue{{Value: "false"}}
+		}
+		return nil
+	default:
+		if p.Derive == ReferenceType {
+			if typ, _, ok := SplitReference(referenceOf(node)); ok {
+				return []IndexValue{{Value: typ}}
+			}
+			return nil
+		}
+		return tokenValues(node)
+	}
+}
+
+func referenceOf(node any) string {
+	switch t := node.(type) {
+	case map[string]any:
+		s, _ := t["reference"].(string)
+		return s
+	case string:
+		return t
+	}
+	return ""
+}
+
+func stringValues(node any) []IndexValue {
+	switch t := node.(type) {
+	case string:
+		if t == "" {
+			return nil
+		}
+		return []IndexValue{{Value: t}}
+	case map[string]any:
+		// HumanName, Address and similar: every string part is searchable.
+		var out []IndexValue
+		for _, k := range []string{"text", "family", "given", "prefix", "suffix", "line", "city", "district", "state", "postalCode", "country"} {
+			switch v := t[k].(type) {
+			case string:
+				if v != "" {
+					out = append(out, IndexValue{Value: v})
+				}
+			case []any:
+				for _, x := range v {
+					if s, ok := x.(string); ok && s != "" {
+						out = append(out, IndexValue{Value: s})
+					}
+				}
+			}
+		}
+		return out
+	}
+	return nil
+}
+
+func tokenValues(node any) []IndexValue {
+	switch t := node.(type) {
+	case string:
+		return []IndexValue{{Value: t}}
+	case bool:
+		if t {
+			return []IndexValue{{Value: "true"}}
+		}
+		return []IndexValue{{Value: "false"}}
+	case json.Number:
+		return []IndexValue{{Value: t.String()}}
+	case map[string]any:
+		if codings, ok := t["coding"].([]any); ok { // CodeableConcept
+			var out []IndexValue
+			for _, c := range codings {
+				out = append(out, tokenValues(c)...)
+			}
+			if text, ok := t["text"].(string); ok && len(out) == 0 {
+				out = append(out, IndexValue{Value: text})
+			}
+			return out
+		}
+		sys, _ := t["system"].(string)
+		if code, ok := t["code"].(string); ok { // Coding
+			return []IndexValue{{System: sys, Value: code}}
+		}
+		if v, ok := t["value"].(string); ok { // Identifier, ContactPoint
+			return []IndexValue{{System: sys, Value: v}}
+		}
+	}
+	return nil
+}
+
+func dateValues(node any) []IndexValue {
+	switch t := node.(type) {
+	case string:
+		lo, hi, err := ParseDateRange(t)
+		if err != nil {
+			return nil
+		}
+		return []IndexValue{{Lo: lo, Hi: hi}}
+	case map[string]any: // Period
+		start, _ := t["start"].(string)
+		end, _ := t["end"].(string)
+		lo, hi := time.Unix(-62135596800, 0).UTC(), time.Unix(253402300799, 0).UTC()
+		if start != "" {
+			if l, _, err := ParseDateRange(start); err == nil {
+				lo = l
+			}
+		}
+		if end != "" {
+			if _, h, err := ParseDateRange(end); err == nil {
+				hi = h
+			}
+		}
+		if start == "" && end == "" {
+			return nil
+		}
+		return []IndexValue{{Lo: lo, Hi: hi}}
+	}
+	return nil
+}
+
+// ParseDateRange parses a FHIR date, dateTime or instant into the half-open
+// range of instants it denotes: "2020" is the whole year, an instant is one
+// millisecond.
+func ParseDateRange(s string) (lo, hi time.Time, err error) {
+	layouts := []struct {
+		layout string
+		add    func(time.Time) time.Time
+	}{
+		{"2006", func(t time.Time) time.Time { return t.AddDate(1, 0, 0) }},
+		{"2006-01", func(t time.Time) time.Time { return t.AddDate(0, 1, 0) }},
+		{"2006-01-02", func(t time.Time) time.Time { return t.AddDate(0, 0, 1) }},
+		{"2006-01-02T15:04Z07:00", func(t time.Time) time.Time { return t.Add(time.Minute) }},
+		{"2006-01-02T15:04:05Z07:00", func(t time.Time) time.Time { return t.Add(time.Second) }},
+		{"2006-01-02T15:04:05.999999999Z07:00", func(t time.Time) time.Time { return t.Add(time.Millisecond) }},
+	}
+	for _, l := range layouts {
+		if len(l.layout) >= 10 && len(s) < 10 {
+			continue
+		}
+		t, perr := time.Parse(l.layout, s)
+		if perr != nil {
+			continue
+		}
+		if strings.Contains(s, ".") {
+			t = t.Truncate(time.Millisecond)
+		}
+		return t.UTC(), l.add(t).UTC(), nil
+	}
+	return time.Time{}, time.Time{}, Invalid("Invalid date value: " + s)
+}

@@ -1,0 +1,336 @@
+package sqlstore
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jmoiron/sqlx"
+
+	"github.com/sandbot/sandbot/fhir"
+	"github.com/sandbot/sandbot/store"
+)
+
+type row struct {
+	ID           string `db:"id"`
+	ResourceType string `db:"resource_type"`
+	ProjectID    string `db:"project_id"`
+	VersionID    string `db:"version_id"`
+	LastUpdated  int64  `db:"last_updated"`
+	Deleted      bool   `db:"deleted"`
+	Content      string `db:"content"`
+}
+
+const rowColumns = `id, resource_type, project_id, version_id, last_updated, deleted, content`
+
+func (r *row) record() store.Record {
+	rec := store.Record{
+		ResourceType: r.ResourceType,
+		ID:           r.ID,
+		VersionID:    r.VersionID,
+		LastUpdated:  time.UnixMicro(r.LastUpdated).UTC(),
+		Project:      r.ProjectID,
+		Deleted:      r.Deleted,
+	}
+	if !r.Deleted {
+		rec.JSON = []byte(r.Content)
+	}
+	return rec
+}
+
+// Create implements store.Store.
+func (s *Store) Create(ctx context.Context, res fhir.Resource, w store.Write) (*store.Record, error) {
+	if w.Project == "" {
+		return nil, fmt.Errorf("sqlstore: create %s without a project", res.Type())
+	}
+	id := w.ID
+	if id == "" {
+		id = uuid.NewString()
+	} else if !fhir.ValidID(id) {
+		return nil, fhir.Invalid("Invalid id", "id")
+	}
+	var out *store.Record
+	err := s.inTx(ctx, func(tx *Store) error {
+		if w.CheckReferences {
+			if err := tx.checkReferences(ctx, res, w.Project); err != nil {
+				return err
+			}
+		}
+		rec, err := tx.write(ctx, res, id, w.Project, w.Author, true)
+		out = rec
+		return err
+	})
+	return out, err
+}
+
+// write stores a new version of res (which it modifies: id and meta) and
+// rebuilds its index rows.
+func (s *Store) write(ctx context.Context, res fhir.Resource, id, project string, author fhir.Reference, isNew bool) (*store.Record, error) {
+	now := s.now().UTC().Truncate(time.Microsecond)
+	res["id"] = id
+	meta := fhir.Meta{VersionID: uuid.NewString(), LastUpdated: now, Project: project, Author: author}
+	res.SetMeta(meta)
+	body, err := res.Marshal()
+	if err != nil {
+		return nil, err
+	}
+	r := row{ID: id, ResourceType: res.Type(), ProjectID: project, VersionID: meta.VersionID, LastUpdated: now.UnixMicro(), Content: string(body)}
+	if isNew {
+		_, err = s.q.ExecContext(ctx, s.rebind(`INSERT INTO resources (`+rowColumns+`) VALUES (?, ?, ?, ?, ?, ?, ?)`),
+			r.ID, r.ResourceType, r.ProjectID, r.VersionID, r.LastUpdated, false, r.Content)
+		if isUniqueViolation(err) {
+			return nil, fhir.Errorf(fhir.EConflict, "Resource %s/%s already exists", r.ResourceType, r.ID)
+		}
+	} else {
+		_, err = s.q.ExecContext(ctx, s.rebind(`UPDATE resources SET version_id = ?, last_updated = ?, deleted = ?, content = ? WHERE id = ?`),
+			r.VersionID, r.LastUpdated, false, r.Content, r.ID)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("write %s/%s: %w", r.ResourceType, r.ID, err)
+	}
+	if err := s.appendHistory(ctx, &r); err != nil {
+		return nil, err
+	}
+	if err := s.reindex(ctx, res, id, project); err != nil {
+		return nil, err
+	}
+	rec := r.record()
+	return &rec, nil
+}
+
+func (s *Store) appendHistory(ctx context.Context, r *row) error {
+	_, err := s.q.ExecContext(ctx, s.rebind(`INSERT INTO resource_history (`+rowColumns+`) VALUES (?, ?, ?, ?, ?, ?, ?)`),
+		r.ID, r.ResourceType, r.ProjectID, r.VersionID, r.LastUpdated, r.Deleted, r.Content)
+	if err != nil {
+		return fmt.Errorf("history %s/%s: %w", r.ResourceType, r.ID, err)
+	}
+	return nil
+}
+
+var indexTables = []string{"search_token", "search_string", "search_date"}
+
+func (s *Store) clearIndex(ctx context.Context, id string) error {
+	for _, t := range indexTables {
+		if _, err := s.q.ExecContext(ctx, s.rebind(`DELETE FROM `+t+` WHERE resource_id = ?`), id); err != nil {
+			return fmt.Errorf("clear index: %w", err)
+		}
+	}
+	return nil
+}
+
+// reindex replaces the index rows of a resource with those fhir.Extract gives.
+func (s *Store) reindex(ctx context.Context, res fhir.Resource, id, project string) error {
+	if err := s.clearIndex(ctx, id); err != nil {
+		return err
+	}
+	values := fhir.Extract(res)
+	if len(values) == 0 {
+		return nil
+	}
+	typ := res.Type()
+	var tokens, strs, dates []any
+	var nt, ns, nd int
+	for _, v := range values {
+		switch v.Kind {
+		case fhir.TokenIndex:
+			tokens = append(tokens, id, typ, project, v.Code, v.System, v.Value)
+			nt++
+		case fhir.StringIndex:
+			strs = append(strs, id, typ, project, v.Code, fhir.NormalizeString(v.Value), v.Value)
+			ns++
+		case fhir.DateIndex:
+			dates = append(dates, id, typ, project, v.Code, v.Lo.UnixMicro(), v.Hi.UnixMicro())
+			nd++
+		}
+	}
+	insert := func(table, cols string, n int, args []any) error {
+		if n == 0 {
+			return nil
+		}
+		tuple := "(?, ?, ?, ?, ?, ?)"
+		q := `INSERT INTO ` + table + ` (` + cols + `) VALUES ` + strings.TrimSuffix(strings.Repeat(tuple+", ", n), ", ")
+		if _, err := s.q.ExecContext(ctx, s.rebind(q), args...); err != nil {
+			return fmt.Errorf("index %s: %w", table, err)
+		}
+		return nil
+	}
+	if err := insert("search_token", "resource_id, resource_type, project_id, code, system, value", nt, tokens); err != nil {
+		return err
+	}
+	if err := insert("search_string", "resource_id, resource_type, project_id, code, value_norm, value_exact", ns, strs); err != nil {
+		return err
+	}
+	return insert("search_date", "resource_id, resource_type, project_id, code, lo, hi", nd, dates)
+}
+
+// checkReferences enforces the project wall on writes: every relative
+// reference must name a live resource of the same project. A reference into
+// another project gets the same answer as one to nothing, so that the
+// existence of another project's resource is not revealed.
+func (s *Store) checkReferences(ctx context.Context, res fhir.Resource, project string) error {
+	refs := res.References()
+	if len(refs) == 0 {
+		return nil
+	}
+	seen := map[string]bool{}
+	for _, ref := range refs {
+		if seen[ref] {
+			continue
+		}
+		seen[ref] = true
+		typ, id, _ := fhir.SplitReference(ref)
+		var n int
+		err := sqlx.GetContext(ctx, s.q, &n, s.rebind(`SELECT COUNT(*) FROM resources WHERE id = ? AND resource_type = ? AND project_id = ? AND NOT deleted`), id, typ, project)
+		if err != nil {
+			return err
+		}
+		if n == 0 {
+			return fhir.Invalid("Invalid reference: "+ref+" (not found in this project)", ref)
+		}
+	}
+	return nil
+}
+
+func (s *Store) getRow(ctx context.Context, scope store.Scope, resourceType, id string, lock bool) (*row, error) {
+	if !fhir.ValidID(id) {
+		return nil, fhir.ErrNotFound
+	}
+	q := `SELECT ` + rowColumns + ` FROM resources WHERE id = ? AND resource_type = ?`
+	if lock && s.dialect == Postgres {
+		q += ` FOR UPDATE`
+	}
+	var r row
+	err := sqlx.GetContext(ctx, s.q, &r, s.rebind(q), id, resourceType)
+	if errors.Is(err, sql.ErrNoRows) || (err == nil && !scope.Allows(r.ProjectID)) {
+		return nil, fhir.ErrNotFound
+	}
+	if err != nil {
+		return nil, fmt.Errorf("read %s/%s: %w", resourceType, id, err)
+	}
+	return &r, nil
+}
+
+// Read implements store.Store.
+func (s *Store) Read(ctx context.Context, scope store.Scope, resourceType, id string) (*store.Record, error) {
+	r, err := s.getRow(ctx, scope, resourceType, id, false)
+	if err != nil {
+		return nil, err
+	}
+	rec := r.record()
+	if r.Deleted {
+		return &rec, fhir.ErrGone
+	}
+	return &rec, nil
+}
+
+// ReadVersion implements store.Store.
+func (s *Store) ReadVersion(ctx context.Context, scope store.Scope, resourceType, id, versionID string) (*store.Record, error) {
+	if !fhir.ValidID(id) || !fhir.ValidID(versionID) {
+		return nil, fhir.ErrNotFound
+	}
+	var r row
+	err := sqlx.GetContext(ctx, s.q, &r, s.rebind(`SELECT `+rowColumns+` FROM resource_history WHERE id = ? AND version_id = ? AND resource_type = ?`), id, versionID, resourceType)
+	if errors.Is(err, sql.ErrNoRows) || (err == nil && !scope.Allows(r.ProjectID)) {
+		return nil, fhir.ErrNotFound
+	}
+	if err != nil {
+		return nil, err
+	}
+	rec := r.record()
+	if r.Deleted {
+		return &rec, fhir.ErrGone
+	}
+	return &rec, nil
+}
+
+// Update implements store.Store.
+func (s *Store) Update(ctx context.Context, scope store.Scope, resourceType, id string, w store.Write, fn store.UpdateFunc) (*store.Record, error) {
+	var out *store.Record
+	err := s.inTx(ctx, func(tx *Store) error {
+		r, err := tx.getRow(ctx, scope, resourceType, id, true)
+		if err != nil {
+			return err
+		}
+		if r.Deleted {
+			return fhir.ErrGone
+		}
+		if w.IfMatch != "" && w.IfMatch != r.VersionID {
+			return fhir.Errorf(fhir.EPrecondition, "Version mismatch: current version is %s", r.VersionID)
+		}
+		cur, err := fhir.ParseResource([]byte(r.Content))
+		if err != nil {
+			return fmt.Errorf("stored %s/%s does not parse: %w", resourceType, id, err)
+		}
+		next, err := fn(cur)
+		if err != nil {
+			return err
+		}
+		if next.Type() != resourceType {
+			return fhir.Invalid("Incorrect resource type", "resourceType")
+		}
+		if w.CheckReferences {
+			if err := tx.checkReferences(ctx, next, r.ProjectID); err != nil {
+				return err
+			}
+		}
+		out, err = tx.write(ctx, next, id, r.ProjectID, w.Author, false)
+		return err
+	})
+	return out, err
+}
+
+// Delete implements store.Store.
+func (s *Store) Delete(ctx context.Context, scope store.Scope, resourceType, id string, w store.Write) error {
+	return s.inTx(ctx, func(tx *Store) error {
+		r, err := tx.getRow(ctx, scope, resourceType, id, true)
+		if err != nil {
+			return err
+		}
+		if r.Deleted {
+			return nil
+		}
+		if w.IfMatch != "" && w.IfMatch != r.VersionID {
+			return fhir.Errorf(fhir.EPrecondition, "Version mismatch: current version is %s", r.VersionID)
+		}
+		now := tx.now().UTC().Truncate(time.Microsecond)
+		d := row{ID: id, ResourceType: resourceType, ProjectID: r.ProjectID, VersionID: uuid.NewString(), LastUpdated: now.UnixMicro(), Deleted: true}
+		if _, err := tx.q.ExecContext(ctx, tx.rebind(`UPDATE resources SET version_id = ?, last_updated = ?, deleted = ?, content = ? WHERE id = ?`),
+			d.VersionID, d.LastUpdated, true, "", id); err != nil {
+			return err
+		}
+		if err := tx.appendHistory(ctx, &d); err != nil {
+			return err
+		}
+		return tx.clearIndex(ctx, id)
+	})
+}
+
+// History implements store.Store.
+func (s *Store) History(ctx context.Context, scope store.Scope, resourceType, id string, count, offset int) ([]store.Record, error) {
+	if _, err := s.getRow(ctx, scope, resourceType, id, false); err != nil {
+		return nil, err
+	}
+	var rows []row
+	err := sqlx.SelectContext(ctx, s.q, &rows, s.rebind(`SELECT `+rowColumns+` FROM resource_history WHERE id = ? AND resource_type = ? ORDER BY last_updated DESC, version_id LIMIT ? OFFSET ?`),
+		id, resourceType, count, offset)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]store.Record, len(rows))
+	for i := range rows {
+		out[i] = rows[i].record()
+	}
+	return out, nil
+}
+
+func isUniqueViolation(err error) bool {
+	if err == nil {
+		return false
+	}
+	msg := err.Error()
+	return strings.Contains(msg, "duplicate key") || strings.Contains(msg, "UNIQUE constraint failed")
+}

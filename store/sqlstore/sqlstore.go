@@ -1,0 +1,188 @@
+// Package sqlstore is the one SQL implementation of store.Store, over sqlx,
+// for PostgreSQL (lib/pq) and SQLite (modernc.org/sqlite, pure Go). The two
+// dialects share every query; they differ only in their migrations and in how
+// a connection is opened and locked.
+package sqlstore
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/jmoiron/sqlx"
+	_ "github.com/lib/pq" // PostgreSQL driver
+	_ "modernc.org/sqlite" // SQLite driver
+
+	"github.com/sandbot/sandbot/store"
+)
+
+// Dialect names a supported database.
+type Dialect string
+
+// Supported dialects.
+const (
+	Postgres Dialect = "postgres"
+	SQLite   Dialect = "sqlite"
+)
+
+// Store is the SQL store. Its zero value is not usable; call Open.
+type Store struct {
+	db      *sqlx.DB
+	dialect Dialect
+	// q runs queries: the pool, or the transaction of a store made by InTx.
+	q   sqlx.ExtContext
+	tx  *sqlx.Tx
+	log *slog.Logger
+	now func() time.Time
+}
+
+// Options tunes Open.
+type Options struct {
+	// Logger receives migration and slow-path messages.
+	Logger *slog.Logger
+	// Migrate runs pending migrations before returning (the server does this
+	// at start; `sandbot migrate` too).
+	Migrate bool
+	// MaxOpenConns caps the pool (0: 20 for PostgreSQL).
+	MaxOpenConns int
+}
+
+// DialectOf tells which dialect a database URL selects: a postgres:// or
+// postgresql:// URL is PostgreSQL, anything else is a SQLite file path.
+func DialectOf(databaseURL string) Dialect {
+	if strings.HasPrefix(databaseURL, "postgres://") || strings.HasPrefix(databaseURL, "postgresql://") {
+		return Postgres
+	}
+	return SQLite
+}
+
+// Open connects to the database and checks that it answers. For SQLite,
+// databaseURL is a file path; its directory is created.
+func Open(ctx context.Context, databaseURL string, opts Options) (*Store, error) {
+	log := opts.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	dialect := DialectOf(databaseURL)
+	var db *sqlx.DB
+	var err error
+	switch dialect {
+	case Postgres:
+		db, err = sqlx.Open("postgres", databaseURL)
+		if err != nil {
+			return nil, fmt.Errorf("open postgres: %w", err)
+		}
+		n := opts.MaxOpenConns
+		if n == 0 {
+			n = 20
+		}
+		db.SetMaxOpenConns(n)
+		db.SetMaxIdleConns(n)
+		db.SetConnMaxIdleTime(5 * time.Minute)
+	case SQLite:
+		if dir := filepath.Dir(databaseURL); dir != "" {
+			if err := os.MkdirAll(dir, 0o700); err != nil {
+				return nil, fmt.Errorf("create data dir: %w", err)
+			}
+		}
+		// WAL lets readers run beside the writer; immediate transactions take
+		// the write lock at BEGIN so that busy_timeout applies instead of a
+		// deadlock error when two writers upgrade at once.
+		q := url.Values{}
+		q.Add("_pragma", "busy_timeout(10000)")
+		q.Add("_pragma", "journal_mode(WAL)")
+		q.Add("_pragma", "synchronous(NORMAL)")
+		q.Add("_pragma", "foreign_keys(1)")
+		q.Set("_txlock", "immediate")
+		db, err = sqlx.Open("sqlite", "file:"+databaseURL+"?"+q.Encode())
+		if err != nil {
+			return nil, fmt.Errorf("open sqlite: %w", err)
+		}
+		db.SetMaxOpenConns(8)
+		db.SetMaxIdleConns(8)
+	}
+	s := &Store{db: db, dialect: dialect, q: db, log: log, now: time.Now}
+	pingCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if err := db.PingContext(pingCtx); err != nil {
+		db.Close()
+		return nil, fmt.Errorf("connect to %s database: %w", dialect, err)
+	}
+	if opts.Migrate {
+		if err := s.Migrate(ctx); err != nil {
+			db.Close()
+			return nil, err
+		}
+	}
+	return s, nil
+}
+
+// Dialect is the store's dialect.
+func (s *Store) Dialect() Dialect { return s.dialect }
+
+// DB is the connection pool, for the pool metrics collector.
+func (s *Store) DB() *sql.DB { return s.db.DB }
+
+// Ping checks that the database answers.
+func (s *Store) Ping(ctx context.Context) error { return s.db.PingContext(ctx) }
+
+// Close closes the pool.
+func (s *Store) Close() error { return s.db.Close() }
+
+// InTx runs fn in one transaction. Nested calls join the outer transaction.
+func (s *Store) InTx(ctx context.Context, fn func(tx store.Store) error) error {
+	if s.tx != nil {
+		return fn(s)
+	}
+	opts := &sql.TxOptions{}
+	tx, err := s.db.BeginTxx(ctx, opts)
+	if err != nil {
+		return fmt.Errorf("begin: %w", err)
+	}
+	child := *s
+	child.q, child.tx = tx, tx
+	if err := fn(&child); err != nil {
+		tx.Rollback()
+		return err
+	}
+	if err := tx.Commit(); err != nil {
+		return fmt.Errorf("commit: %w", err)
+	}
+	return nil
+}
+
+// inTx runs fn in the current transaction or a new one.
+func (s *Store) inTx(ctx context.Context, fn func(tx *Store) error) error {
+	return s.InTx(ctx, func(tx store.Store) error { return fn(tx.(*Store)) })
+}
+
+func (s *Store) rebind(q string) string { return s.db.Rebind(q) }
+
+// KeyValue implements store.Store.
+func (s *Store) KeyValue(ctx context.Context, name string, create func() (string, error)) (string, error) {
+	var v string
+	err := sqlx.GetContext(ctx, s.q, &v, s.rebind(`SELECT value FROM key_values WHERE name = ?`), name)
+	if err == nil {
+		return v, nil
+	}
+	if !errors.Is(err, sql.ErrNoRows) {
+		return "", err
+	}
+	nv, err := create()
+	if err != nil {
+		return "", err
+	}
+	// Another replica may insert first; whoever wins, everyone reads the winner.
+	if _, err := s.q.ExecContext(ctx, s.rebind(`INSERT INTO key_values (name, value) VALUES (?, ?) ON CONFLICT (name) DO NOTHING`), name, nv); err != nil {
+		return "", err
+	}
+	err = sqlx.GetContext(ctx, s.q, &v, s.rebind(`SELECT value FROM key_values WHERE name = ?`), name)
+	return v, err
+}

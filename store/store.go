@@ -1,0 +1,120 @@
+// Package store defines sandbot's storage contract: versioned FHIR resources
+// walled into projects, their search index, and a small key-value space for
+// server secrets. The one implementation lives in store/sqlstore (PostgreSQL
+// and SQLite); store/storetest is the conformance suite every backend passes.
+package store
+
+import (
+	"context"
+	"time"
+
+	"github.com/sandbot/sandbot/fhir"
+)
+
+// Record is one stored version of a resource.
+type Record struct {
+	ResourceType string
+	ID           string
+	VersionID    string
+	LastUpdated  time.Time
+	Project      string
+	Deleted      bool
+	// JSON is the resource as stored, meta included; nil for a deletion.
+	JSON []byte
+}
+
+// Resource decodes the record.
+func (r *Record) Resource() (fhir.Resource, error) { return fhir.ParseResource(r.JSON) }
+
+// Scope is the set of projects an operation may see. A resource outside it
+// does not exist for the caller (fhir.ENotFound), never fhir.EForbidden.
+type Scope struct {
+	// All lets the operation see every project (super admins, the system).
+	All bool
+	// Projects the operation may see when All is false.
+	Projects []string
+}
+
+// AllProjects is the scope of the server itself.
+var AllProjects = Scope{All: true}
+
+// ProjectScope is the scope of a caller in one project.
+func ProjectScope(project string) Scope { return Scope{Projects: []string{project}} }
+
+// Allows reports whether a project is within the scope.
+func (s Scope) Allows(project string) bool {
+	if s.All {
+		return true
+	}
+	for _, p := range s.Projects {
+		if p == project {
+			return true
+		}
+	}
+	return false
+}
+
+// Write says who writes and where.
+type Write struct {
+	// Project receives a created resource (ignored on update: a resource never
+	// changes project).
+	Project string
+	// Author becomes meta.author.
+	Author fhir.Reference
+	// ID, when set on create, is used instead of a new UUID.
+	ID string
+	// IfMatch, when set on update or delete, must equal the current versionId
+	// (fhir.EPrecondition otherwise).
+	IfMatch string
+	// CheckReferences makes the write fail with fhir.EInvalid when a relative
+	// reference does not resolve to a live resource of the same project. Every
+	// write on behalf of a caller sets it: it is what keeps projects apart.
+	CheckReferences bool
+}
+
+// UpdateFunc receives the current resource (a copy) and returns the new one.
+// Returning an error aborts the update with that error.
+type UpdateFunc func(current fhir.Resource) (fhir.Resource, error)
+
+// SearchResult is one page of a search.
+type SearchResult struct {
+	Records []Record
+	// More is true when another page exists.
+	More bool
+	// Total is set when the request asked for it.
+	Total *int
+}
+
+// Store is the storage contract.
+type Store interface {
+	// Create stores a new resource with a new id (or w.ID) in w.Project.
+	Create(ctx context.Context, res fhir.Resource, w Write) (*Record, error)
+	// Read returns the current version: fhir.ENotFound when absent or outside
+	// the scope, fhir.EGone (with the deletion Record) when deleted.
+	Read(ctx context.Context, scope Scope, resourceType, id string) (*Record, error)
+	// ReadVersion returns one version from history.
+	ReadVersion(ctx context.Context, scope Scope, resourceType, id, versionID string) (*Record, error)
+	// Update is a read-modify-write in one transaction: fn sees the current
+	// resource and returns the next one. id, resourceType and meta are the
+	// store's to keep.
+	Update(ctx context.Context, scope Scope, resourceType, id string, w Write, fn UpdateFunc) (*Record, error)
+	// Delete marks the resource deleted, keeping its history. Deleting a
+	// deleted resource succeeds.
+	Delete(ctx context.Context, scope Scope, resourceType, id string, w Write) error
+	// History lists the versions of a resource, newest first.
+	History(ctx context.Context, scope Scope, resourceType, id string, count, offset int) ([]Record, error)
+	// Search runs a search within the scope.
+	Search(ctx context.Context, scope Scope, req *fhir.SearchRequest) (*SearchResult, error)
+	// InTx runs fn in one transaction: either everything fn wrote is kept or
+	// nothing is. The Store passed to fn must be used for every operation of
+	// the transaction.
+	InTx(ctx context.Context, fn func(tx Store) error) error
+	// KeyValue returns the value stored under name, storing the value made by
+	// create when there is none yet. Concurrent callers (replicas) all get the
+	// value that won.
+	KeyValue(ctx context.Context, name string, create func() (string, error)) (string, error)
+	// Ping checks that the store answers.
+	Ping(ctx context.Context) error
+	// Close releases the store.
+	Close() error
+}

@@ -1,0 +1,451 @@
+package storetest
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sort"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/sandbot/sandbot/fhir"
+	"github.com/sandbot/sandbot/store"
+)
+
+// Run runs the conformance suite; newStore must return an empty, migrated store.
+func Run(t *testing.T, newStore func(t *testing.T) store.Store) {
+	tests := []struct {
+		name string
+		fn   func(t *testing.T, s store.Store)
+	}{
+		{"CreateRead", testCreateRead},
+		{"UpdateKeepsHistory", testUpdateHistory},
+		{"DeleteIsGone", testDelete},
+		{"ProjectWall", testProjectWall},
+		{"ReferencesStayInProject", testReferences},
+		{"IfMatch", testIfMatch},
+		{"TransactionRollsBack", testTxRollback},
+		{"SearchToken", testSearchToken},
+		{"SearchString", testSearchString},
+		{"SearchDate", testSearchDate},
+		{"SearchMembership", testSearchMembership},
+		{"SearchPagingAndSort", testSearchPaging},
+		{"KeyValueFirstWins", testKeyValue},
+		{"ConcurrentUpdates", testConcurrentUpdates},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) { tc.fn(t, newStore(t)) })
+	}
+}
+
+func res(t testing.TB, js string) fhir.Resource {
+	t.Helper()
+	r, err := fhir.ParseResource([]byte(js))
+	if err != nil {
+		t.Fatalf("parse %s: %v", js, err)
+	}
+	return r
+}
+
+func mustCreate(t testing.TB, s store.Store, project, js string) *store.Record {
+	t.Helper()
+	rec, err := s.Create(context.Background(), res(t, js), store.Write{Project: project, Author: fhir.Reference{Reference: "ClientApplication/test"}})
+	if err != nil {
+		t.Fatalf("create %s: %v", js, err)
+	}
+	return rec
+}
+
+func search(t testing.TB, s store.Store, scope store.Scope, typ, query string) *store.SearchResult {
+	t.Helper()
+	req, err := fhir.ParseSearch(typ, query)
+	if err != nil {
+		t.Fatalf("parse search %s?%s: %v", typ, query, err)
+	}
+	out, err := s.Search(context.Background(), scope, req)
+	if err != nil {
+		t.Fatalf("search %s?%s: %v", typ, query, err)
+	}
+	return out
+}
+
+func ids(r *store.SearchResult) []string {
+	var out []string
+	for _, rec := range r.Records {
+		out = append(out, rec.ID)
+	}
+	sort.Strings(out)
+	return out
+}
+
+func expectIDs(t *testing.T, s store.Store, scope store.Scope, typ, query string, want ...string) {
+	t.Helper()
+	got := ids(search(t, s, scope, typ, query))
+	sort.Strings(want)
+	if strings.Join(got, ",") != strings.Join(want, ",") {
+		t.Errorf("%s?%s = %v, want %v", typ, query, got, want)
+	}
+}
+
+func testCreateRead(t *testing.T, s store.Store) {
+	ctx := context.Background()
+	rec := mustCreate(t, s, "p1", `{"resourceType":"Patient","name":[{"given":["Ada"],"family":"Lovelace"}],"extension":[{"url":"x","valueDecimal":1.50}]}`)
+	if !fhir.ValidID(rec.ID) || rec.VersionID == "" || rec.Project != "p1" {
+		t.Fatalf("record = %+v", rec)
+	}
+	got, err := s.Read(ctx, store.ProjectScope("p1"), "Patient", rec.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var body map[string]any
+	if err := json.Unmarshal(got.JSON, &body); err != nil {
+		t.Fatal(err)
+	}
+	meta := body["meta"].(map[string]any)
+	if body["id"] != rec.ID || meta["versionId"] != rec.VersionID || meta["project"] != "p1" {
+		t.Errorf("stored body = %s", got.JSON)
+	}
+	if a, _ := meta["author"].(map[string]any); a["reference"] != "ClientApplication/test" {
+		t.Errorf("meta.author = %v", meta["author"])
+	}
+	if _, err := time.Parse(fhir.TimeFormat, meta["lastUpdated"].(string)); err != nil {
+		t.Errorf("lastUpdated %v: %v", meta["lastUpdated"], err)
+	}
+	if !strings.Contains(string(got.JSON), `"valueDecimal":1.50`) {
+		t.Errorf("numbers must survive as written: %s", got.JSON)
+	}
+	if _, err := s.Read(ctx, store.ProjectScope("p1"), "Observation", rec.ID); !fhir.IsCode(err, fhir.ENotFound) {
+		t.Errorf("read with wrong type: %v, want not-found", err)
+	}
+	if _, err := s.Read(ctx, store.ProjectScope("p1"), "Patient", "no-such-id"); !fhir.IsCode(err, fhir.ENotFound) {
+		t.Errorf("read unknown: %v, want not-found", err)
+	}
+	if _, err := s.Create(ctx, res(t, `{"resourceType":"Patient"}`), store.Write{Project: "p1", ID: rec.ID}); !fhir.IsCode(err, fhir.EConflict) {
+		t.Errorf("create with existing id: %v, want conflict", err)
+	}
+}
+
+func testUpdateHistory(t *testing.T, s store.Store) {
+	ctx := context.Background()
+	scope := store.ProjectScope("p1")
+	rec := mustCreate(t, s, "p1", `{"resourceType":"Patient","gender":"female"}`)
+	up, err := s.Update(ctx, scope, "Patient", rec.ID, store.Write{}, func(cur fhir.Resource) (fhir.Resource, error) {
+		if cur["gender"] != "female" {
+			t.Errorf("update sees %v", cur)
+		}
+		cur["gender"] = "other"
+		return cur, nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if up.VersionID == rec.VersionID || up.ID != rec.ID {
+		t.Fatalf("update record = %+v", up)
+	}
+	old, err := s.ReadVersion(ctx, scope, "Patient", rec.ID, rec.VersionID)
+	if err != nil || !strings.Contains(string(old.JSON), `"female"`) {
+		t.Fatalf("old version = %s, %v", old.JSON, err)
+	}
+	hist, err := s.History(ctx, scope, "Patient", rec.ID, 10, 0)
+	if err != nil || len(hist) != 2 || hist[0].VersionID != up.VersionID {
+		t.Fatalf("history = %+v, %v", hist, err)
+	}
+	expectIDs(t, s, scope, "Patient", "gender=other", rec.ID)
+	expectIDs(t, s, scope, "Patient", "gender=female")
+	wantErr := fhir.Invalid("nope")
+	if _, err := s.Update(ctx, scope, "Patient", rec.ID, store.Write{}, func(fhir.Resource) (fhir.Resource, error) { return nil, wantErr }); !errors.Is(err, wantErr) {
+		t.Errorf("update fn error = %v", err)
+	}
+}
+
+func testDelete(t *testing.T, s store.Store) {
+	ctx := context.Background()
+	scope := store.ProjectScope("p1")
+	rec := mustCreate(t, s, "p1", `{"resourceType":"Patient","gender":"male"}`)
+	if err := s.Delete(ctx, scope, "Patient", rec.ID, store.Write{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Read(ctx, scope, "Patient", rec.ID); !fhir.IsCode(err, fhir.EGone) {
+		t.Errorf("read after delete: %v, want gone", err)
+	}
+	if err := s.Delete(ctx, scope, "Patient", rec.ID, store.Write{}); err != nil {
+		t.Errorf("second delete: %v", err)
+	}
+	if _, err := s.Update(ctx, scope, "Patient", rec.ID, store.Write{}, func(c fhir.Resource) (fhir.Resource, error) { return c, nil }); !fhir.IsCode(err, fhir.EGone) {
+		t.Errorf("update after delete: %v, want gone", err)
+	}
+	expectIDs(t, s, scope, "Patient", "gender=male")
+	expectIDs(t, s, scope, "Patient", "")
+	hist, err := s.History(ctx, scope, "Patient", rec.ID, 10, 0)
+	if err != nil || len(hist) != 2 || !hist[0].Deleted {
+		t.Errorf("history after delete = %+v, %v", hist, err)
+	}
+	if _, err := s.ReadVersion(ctx, scope, "Patient", rec.ID, rec.VersionID); err != nil {
+		t.Errorf("old version after delete: %v", err)
+	}
+}
+
+func testProjectWall(t *testing.T, s store.Store) {
+	ctx := context.Background()
+	a := mustCreate(t, s, "pa", `{"resourceType":"Patient","name":[{"family":"Wall"}]}`)
+	b := mustCreate(t, s, "pb", `{"resourceType":"Patient","name":[{"family":"Wall"}]}`)
+	if _, err := s.Read(ctx, store.ProjectScope("pb"), "Patient", a.ID); !fhir.IsCode(err, fhir.ENotFound) {
+		t.Errorf("cross-project read: %v, want not-found", err)
+	}
+	if _, err := s.ReadVersion(ctx, store.ProjectScope("pb"), "Patient", a.ID, a.VersionID); !fhir.IsCode(err, fhir.ENotFound) {
+		t.Errorf("cross-project vread: %v, want not-found", err)
+	}
+	if _, err := s.Update(ctx, store.ProjectScope("pb"), "Patient", a.ID, store.Write{}, func(c fhir.Resource) (fhir.Resource, error) { return c, nil }); !fhir.IsCode(err, fhir.ENotFound) {
+		t.Errorf("cross-project update: %v, want not-found", err)
+	}
+	if err := s.Delete(ctx, store.ProjectScope("pb"), "Patient", a.ID, store.Write{}); !fhir.IsCode(err, fhir.ENotFound) {
+		t.Errorf("cross-project delete: %v, want not-found", err)
+	}
+	if _, err := s.History(ctx, store.ProjectScope("pb"), "Patient", a.ID, 10, 0); !fhir.IsCode(err, fhir.ENotFound) {
+		t.Errorf("cross-project history: %v, want not-found", err)
+	}
+	expectIDs(t, s, store.ProjectScope("pa"), "Patient", "name=wall", a.ID)
+	expectIDs(t, s, store.ProjectScope("pb"), "Patient", "name=wall", b.ID)
+	expectIDs(t, s, store.ProjectScope("pb"), "Patient", "_id="+a.ID)
+	expectIDs(t, s, store.AllProjects, "Patient", "name=wall", a.ID, b.ID)
+	expectIDs(t, s, store.Scope{}, "Patient", "")
+}
+
+func testReferences(t *testing.T, s store.Store) {
+	ctx := context.Background()
+	org := mustCreate(t, s, "pa", `{"resourceType":"Organization","name":"A"}`)
+	foreign := mustCreate(t, s, "pb", `{"resourceType":"Organization","name":"B"}`)
+	w := store.Write{Project: "pa", CheckReferences: true}
+	if _, err := s.Create(ctx, res(t, `{"resourceType":"Patient","managingOrganization":{"reference":"Organization/`+org.ID+`"}}`), w); err != nil {
+		t.Errorf("reference within project: %v", err)
+	}
+	for _, ref := range []string{"Organization/" + foreign.ID, "Organization/missing", "Patient/" + org.ID} {
+		_, err := s.Create(ctx, res(t, `{"resourceType":"Patient","generalPractitioner":[{"reference":"`+ref+`"}]}`), w)
+		if !fhir.IsCode(err, fhir.EInvalid) {
+			t.Errorf("reference %s: %v, want invalid", ref, err)
+		}
+	}
+	p := mustCreate(t, s, "pa", `{"resourceType":"Patient"}`)
+	_, err := s.Update(ctx, store.ProjectScope("pa"), "Patient", p.ID, w, func(c fhir.Resource) (fhir.Resource, error) {
+		c["managingOrganization"] = map[string]any{"reference": "Organization/" + foreign.ID}
+		return c, nil
+	})
+	if !fhir.IsCode(err, fhir.EInvalid) {
+		t.Errorf("update with foreign reference: %v, want invalid", err)
+	}
+	if _, err := s.Create(ctx, res(t, `{"resourceType":"Patient","link":[{"other":{"reference":"https://example.com/Patient/1"}},{"other":{"reference":"#contained"}}]}`), w); err != nil {
+		t.Errorf("absolute and contained references are not checked: %v", err)
+	}
+}
+
+func testIfMatch(t *testing.T, s store.Store) {
+	ctx := context.Background()
+	scope := store.ProjectScope("p1")
+	rec := mustCreate(t, s, "p1", `{"resourceType":"Patient"}`)
+	same := func(c fhir.Resource) (fhir.Resource, error) { return c, nil }
+	if _, err := s.Update(ctx, scope, "Patient", rec.ID, store.Write{IfMatch: "stale"}, same); !fhir.IsCode(err, fhir.EPrecondition) {
+		t.Errorf("stale If-Match: %v", err)
+	}
+	if _, err := s.Update(ctx, scope, "Patient", rec.ID, store.Write{IfMatch: rec.VersionID}, same); err != nil {
+		t.Errorf("current If-Match: %v", err)
+	}
+}
+
+func testTxRollback(t *testing.T, s store.Store) {
+	ctx := context.Background()
+	boom := errors.New("boom")
+	var created string
+	err := s.InTx(ctx, func(tx store.Store) error {
+		rec, err := tx.Create(ctx, res(t, `{"resourceType":"Patient","gender":"unknown"}`), store.Write{Project: "p1"})
+		if err != nil {
+			return err
+		}
+		created = rec.ID
+		if _, err := tx.Create(ctx, res(t, `{"resourceType":"Practitioner"}`), store.Write{Project: "p1"}); err != nil {
+			return err
+		}
+		return boom
+	})
+	if !errors.Is(err, boom) {
+		t.Fatalf("InTx = %v", err)
+	}
+	if _, err := s.Read(ctx, store.AllProjects, "Patient", created); !fhir.IsCode(err, fhir.ENotFound) {
+		t.Errorf("rolled-back create is readable: %v", err)
+	}
+	expectIDs(t, s, store.AllProjects, "Patient", "gender=unknown")
+	expectIDs(t, s, store.AllProjects, "Practitioner", "")
+}
+
+func testSearchToken(t *testing.T, s store.Store) {
+	sc := store.ProjectScope("p1")
+	a := mustCreate(t, s, "p1", `{"resourceType":"Patient","identifier":[{"system":"http://mrn","value":"123"}],"telecom":[{"system":"email","value":"ada@example.com"}],"active":true}`)
+	b := mustCreate(t, s, "p1", `{"resourceType":"Patient","identifier":[{"system":"http://other","value":"123"}],"active":false}`)
+	c := mustCreate(t, s, "p1", `{"resourceType":"Patient"}`)
+	expectIDs(t, s, sc, "Patient", "identifier=123", a.ID, b.ID)
+	expectIDs(t, s, sc, "Patient", "identifier=http://mrn|123", a.ID)
+	expectIDs(t, s, sc, "Patient", "identifier=http%3A%2F%2Fmrn%7C123", a.ID)
+	expectIDs(t, s, sc, "Patient", "identifier=http://other|", b.ID)
+	expectIDs(t, s, sc, "Patient", "identifier:not=http://mrn|123", b.ID, c.ID)
+	expectIDs(t, s, sc, "Patient", "identifier:missing=true", c.ID)
+	expectIDs(t, s, sc, "Patient", "email=ada@example.com", a.ID)
+	expectIDs(t, s, sc, "Patient", "active=true", a.ID)
+	expectIDs(t, s, sc, "Patient", "active=false", b.ID)
+	expectIDs(t, s, sc, "Patient", "_id="+a.ID+","+c.ID, a.ID, c.ID)
+	expectIDs(t, s, sc, "Patient", "_id:not="+a.ID, b.ID, c.ID)
+	expectIDs(t, s, sc, "Patient", "identifier=123&active=false", b.ID)
+}
+
+func testSearchString(t *testing.T, s store.Store) {
+	sc := store.ProjectScope("p1")
+	a := mustCreate(t, s, "p1", `{"resourceType":"Patient","name":[{"given":["Ada"],"family":"Lovelace"}]}`)
+	b := mustCreate(t, s, "p1", `{"resourceType":"Patient","name":[{"given":["Adam"],"family":"Smith"}]}`)
+	c := mustCreate(t, s, "p1", `{"resourceType":"Patient","name":[{"text":"Ölaf Ünter"}]}`)
+	expectIDs(t, s, sc, "Patient", "name=ada", a.ID, b.ID)
+	expectIDs(t, s, sc, "Patient", "name=ADA", a.ID, b.ID)
+	expectIDs(t, s, sc, "Patient", "name:exact=Ada", a.ID)
+	expectIDs(t, s, sc, "Patient", "name:exact=ada")
+	expectIDs(t, s, sc, "Patient", "name=love", a.ID)
+	expectIDs(t, s, sc, "Patient", "name:contains=ela", a.ID)
+	expectIDs(t, s, sc, "Patient", "name=smith,lovelace", a.ID, b.ID)
+	expectIDs(t, s, sc, "Patient", "family=smith", b.ID)
+	expectIDs(t, s, sc, "Patient", "given=adam", b.ID)
+	expectIDs(t, s, sc, "Patient", "name=%C3%B6laf", c.ID)
+	expectIDs(t, s, sc, "Patient", "name=%25")
+	bot := mustCreate(t, s, "p1", `{"resourceType":"Bot","name":"Echo bot","identifier":[{"system":"https://example.com/bots","value":"echo"}]}`)
+	expectIDs(t, s, sc, "Bot", "name=echo", bot.ID)
+	expectIDs(t, s, sc, "Bot", "identifier=https://example.com/bots|echo", bot.ID)
+}
+
+func testSearchDate(t *testing.T, s store.Store) {
+	sc := store.ProjectScope("p1")
+	a := mustCreate(t, s, "p1", `{"resourceType":"Patient","birthDate":"1990-05-17"}`)
+	b := mustCreate(t, s, "p1", `{"resourceType":"Patient","birthDate":"2001"}`)
+	expectIDs(t, s, sc, "Patient", "birthdate=1990-05-17", a.ID)
+	expectIDs(t, s, sc, "Patient", "birthdate=1990", a.ID)
+	expectIDs(t, s, sc, "Patient", "birthdate=gt1995-01-01", b.ID)
+	expectIDs(t, s, sc, "Patient", "birthdate=lt1995-01-01", a.ID)
+	expectIDs(t, s, sc, "Patient", "birthdate=ge1990-05-17", a.ID, b.ID)
+	expectIDs(t, s, sc, "Patient", "birthdate=le1990-05-17", a.ID)
+	expectIDs(t, s, sc, "Patient", "birthdate=ne1990-05-17", b.ID)
+	ev := mustCreate(t, s, "p1", `{"resourceType":"AuditEvent","recorded":"2024-03-01T10:00:00.000Z","outcome":"0","type":{"system":"https://medplum.com/CodeSystem/audit-event","code":"execute"},"entity":[{"what":{"reference":"Bot/b1"}}]}`)
+	expectIDs(t, s, sc, "AuditEvent", "date=ge2024-03-01T09:00:00Z&date=lt2024-03-01T11:00:00Z", ev.ID)
+	expectIDs(t, s, sc, "AuditEvent", "date=gt2024-03-01T10:00:00.000Z")
+	expectIDs(t, s, sc, "AuditEvent", "entity=Bot/b1&outcome=0&type=execute", ev.ID)
+	expectIDs(t, s, sc, "AuditEvent", "type=https://medplum.com/CodeSystem/audit-event|execute", ev.ID)
+	// _lastUpdated compares with the server's own clock.
+	expectIDs(t, s, sc, "Patient", "_lastUpdated=gt2000-01-01", a.ID, b.ID)
+	expectIDs(t, s, sc, "Patient", "_lastUpdated=lt2000-01-01")
+	future := time.Now().Add(time.Hour).UTC().Format(time.RFC3339)
+	expectIDs(t, s, sc, "Patient", "_lastUpdated=le"+strings.ReplaceAll(future, "+", "%2B"), a.ID, b.ID)
+}
+
+func testSearchMembership(t *testing.T, s store.Store) {
+	sc := store.ProjectScope("p1")
+	mk := func(profile string, extra string) string {
+		return mustCreate(t, s, "p1", fmt.Sprintf(`{"resourceType":"ProjectMembership","project":{"reference":"Project/p1"},"user":{"reference":"User/u"},"profile":{"reference":"%s"}%s}`, profile, extra)).ID
+	}
+	pat := mk("Patient/1", `,"externalId":"ext-1","userName":"pat.one"`)
+	prac := mk("Practitioner/2", `,"admin":true,"accessPolicy":{"reference":"AccessPolicy/ap1"}`)
+	rel := mk("RelatedPerson/3", `,"active":false,"access":[{"policy":{"reference":"AccessPolicy/ap2"}}]`)
+	client := mk("ClientApplication/4", "")
+	bot := mk("Bot/5", "")
+	expectIDs(t, s, sc, "ProjectMembership", "", pat, prac, rel, client, bot)
+	expectIDs(t, s, sc, "ProjectMembership", "profile-type=Patient", pat)
+	expectIDs(t, s, sc, "ProjectMembership", "profile-type=Practitioner", prac)
+	expectIDs(t, s, sc, "ProjectMembership", "profile-type:not=ClientApplication,Bot", pat, prac, rel)
+	expectIDs(t, s, sc, "ProjectMembership", "profile-type%3Anot=ClientApplication%2CBot", pat, prac, rel)
+	expectIDs(t, s, sc, "ProjectMembership", "admin=true", prac)
+	expectIDs(t, s, sc, "ProjectMembership", "active=false", rel)
+	expectIDs(t, s, sc, "ProjectMembership", "external-id=ext-1", pat)
+	expectIDs(t, s, sc, "ProjectMembership", "user-name=pat", pat)
+	expectIDs(t, s, sc, "ProjectMembership", "access-policy=AccessPolicy/ap1,AccessPolicy/ap2", prac, rel)
+	expectIDs(t, s, sc, "ProjectMembership", "profile=Practitioner/2", prac)
+	expectIDs(t, s, sc, "ProjectMembership", "user=User/u&project=Project/p1&profile-type=Bot", bot)
+}
+
+func testSearchPaging(t *testing.T, s store.Store) {
+	sc := store.ProjectScope("p1")
+	var all []string
+	for i := 0; i < 7; i++ {
+		all = append(all, mustCreate(t, s, "p1", `{"resourceType":"Practitioner","name":[{"family":"Page"}]}`).ID)
+	}
+	var seen []string
+	for off := 0; off < 10; off += 3 {
+		r := search(t, s, sc, "Practitioner", fmt.Sprintf("_count=3&_offset=%d&_sort=_lastUpdated", off))
+		for _, rec := range r.Records {
+			seen = append(seen, rec.ID)
+		}
+		if want := off+3 < 7; r.More != want {
+			t.Errorf("offset %d: More = %v, want %v", off, r.More, want)
+		}
+	}
+	if strings.Join(seen, ",") != strings.Join(all, ",") {
+		t.Errorf("ascending pages = %v, want creation order %v", seen, all)
+	}
+	desc := search(t, s, sc, "Practitioner", "_sort=-_lastUpdated&_count=1")
+	if len(desc.Records) != 1 || desc.Records[0].ID != all[6] {
+		t.Errorf("-_lastUpdated first = %+v, want %s", desc.Records, all[6])
+	}
+	tot := search(t, s, sc, "Practitioner", "_total=accurate&_count=0")
+	if tot.Total == nil || *tot.Total != 7 || len(tot.Records) != 0 {
+		t.Errorf("_total=accurate&_count=0: total %v, %d records", tot.Total, len(tot.Records))
+	}
+	if r := search(t, s, sc, "Practitioner", ""); r.Total != nil {
+		t.Errorf("total without _total = %d", *r.Total)
+	}
+}
+
+func testKeyValue(t *testing.T, s store.Store) {
+	ctx := context.Background()
+	var wg sync.WaitGroup
+	got := make([]string, 8)
+	for i := range got {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			v, err := s.KeyValue(ctx, "signing-key", func() (string, error) { return fmt.Sprintf("v%d", i), nil })
+			if err != nil {
+				t.Error(err)
+			}
+			got[i] = v
+		}()
+	}
+	wg.Wait()
+	for _, v := range got {
+		if v != got[0] || v == "" {
+			t.Fatalf("replicas disagree on the key: %v", got)
+		}
+	}
+}
+
+func testConcurrentUpdates(t *testing.T, s store.Store) {
+	ctx := context.Background()
+	rec := mustCreate(t, s, "p1", `{"resourceType":"Basic","extension":[]}`)
+	var wg sync.WaitGroup
+	for i := 0; i < 10; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_, err := s.Update(ctx, store.ProjectScope("p1"), "Basic", rec.ID, store.Write{}, func(c fhir.Resource) (fhir.Resource, error) {
+				ext, _ := c["extension"].([]any)
+				c["extension"] = append(ext, map[string]any{"url": "n", "valueInteger": i})
+				return c, nil
+			})
+			if err != nil {
+				t.Error(err)
+			}
+		}()
+	}
+	wg.Wait()
+	got, err := s.Read(ctx, store.ProjectScope("p1"), "Basic", rec.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, _ := got.Resource()
+	if n := len(r["extension"].([]any)); n != 10 {
+		t.Errorf("read-modify-write lost updates: %d of 10 survived", n)
+	}
+}
