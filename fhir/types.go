@@ -171,3 +171,12 @@ var knownTypes = map[string]bool{
 
 // KnownType reports whether t is a resource type the server stores.
 func KnownType(t string) bool { return knownTypes[t] }
+
+// KnownTypeNames lists the known resource types.
+func KnownTypeNames() []string {
+	out := make([]string, 0, len(knownTypes))
+	for t := range knownTypes {
+		out = append(out, t)
+	}
+	return out
+}

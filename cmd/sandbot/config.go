@@ -1,0 +1,163 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"net"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/sandbot/sandbot/fhir"
+)
+
+// config is everything the server reads from its environment and flags.
+// Every SANDBOT_* variable has a flag of the same name in kebab case; a flag
+// given on the command line wins over the variable.
+type config struct {
+	Addr              string
+	MetricsAddr       string
+	BaseURL           string
+	DatabaseURL       string
+	DataDir           string
+	AdminClientID     string
+	AdminClientSecret string
+	SMTPURL           string
+	LogLevel          string
+	TokenTTL          time.Duration
+	ShutdownTimeout   time.Duration
+	MaxJSONBytes      int64
+	MaxTextBytes      int64
+	MaxModuleBytes    int64
+	BotMemoryBytes    int64
+	BotOutputBytes    int64
+	BotLogBytes       int64
+}
+
+// configFlags binds the flags of cfg on fs, with defaults from the environment.
+func configFlags(fs *flag.FlagSet, cfg *config) {
+	str := func(p *string, name, env, def, usage string) {
+		if v, ok := os.LookupEnv(env); ok {
+			def = v
+		}
+		fs.StringVar(p, name, def, usage+" ($"+env+")")
+	}
+	dur := func(p *time.Duration, name, env string, def time.Duration, usage string) {
+		s := def.String()
+		if v, ok := os.LookupEnv(env); ok {
+			s = v
+		}
+		d, err := time.ParseDuration(s)
+		if err != nil {
+			d = -1 // reported by validate
+		}
+		fs.DurationVar(p, name, d, usage+" ($"+env+")")
+	}
+	size := func(p *int64, name, env string, def int64, usage string) {
+		if v, ok := os.LookupEnv(env); ok {
+			n, err := strconv.ParseInt(v, 10, 64)
+			if err != nil {
+				n = -1 // reported by validate
+			}
+			def = n
+		}
+		fs.Int64Var(p, name, def, usage+" ($"+env+")")
+	}
+	str(&cfg.Addr, "addr", "SANDBOT_ADDR", ":8103", "API listen address")
+	str(&cfg.MetricsAddr, "metrics-addr", "SANDBOT_METRICS_ADDR", ":9103", "ops listen address for /metrics, /livez, /readyz")
+	str(&cfg.BaseURL, "base-url", "SANDBOT_BASE_URL", "http://localhost:8103/", "public base URL")
+	str(&cfg.DatabaseURL, "database-url", "SANDBOT_DATABASE_URL", "", "postgres:// URL; empty uses the embedded SQLite store in the data dir")
+	str(&cfg.DataDir, "data-dir", "SANDBOT_DATA_DIR", "./sandbot-data", "directory of the embedded store and the module compilation cache")
+	str(&cfg.AdminClientID, "admin-client-id", "SANDBOT_ADMIN_CLIENT_ID", "", "id of the bootstrap super-admin ClientApplication (generated if empty)")
+	str(&cfg.AdminClientSecret, "admin-client-secret", "SANDBOT_ADMIN_CLIENT_SECRET", "", "secret of the bootstrap super-admin ClientApplication (generated if empty)")
+	str(&cfg.SMTPURL, "smtp-url", "SANDBOT_SMTP_URL", "", "smtp://user:pass@host:port for invitation e-mails; empty logs them")
+	str(&cfg.LogLevel, "log-level", "SANDBOT_LOG_LEVEL", "info", "debug, info, warn or error")
+	dur(&cfg.TokenTTL, "token-ttl", "SANDBOT_TOKEN_TTL", time.Hour, "access token lifetime")
+	dur(&cfg.ShutdownTimeout, "shutdown-timeout", "SANDBOT_SHUTDOWN_TIMEOUT", 30*time.Second, "how long in-flight requests may take to finish on shutdown")
+	size(&cfg.MaxJSONBytes, "max-json-bytes", "SANDBOT_MAX_JSON_BYTES", 1<<20, "largest JSON request body")
+	size(&cfg.MaxTextBytes, "max-text-bytes", "SANDBOT_MAX_TEXT_BYTES", 1<<20, "largest text, HL7 or form request body")
+	size(&cfg.MaxModuleBytes, "max-module-bytes", "SANDBOT_MAX_MODULE_BYTES", 32<<20, "largest bot module")
+	size(&cfg.BotMemoryBytes, "bot-memory-bytes", "SANDBOT_BOT_MEMORY_BYTES", 64<<20, "bot linear memory limit")
+	size(&cfg.BotOutputBytes, "bot-output-bytes", "SANDBOT_BOT_OUTPUT_BYTES", 8<<20, "largest bot result")
+	size(&cfg.BotLogBytes, "bot-log-bytes", "SANDBOT_BOT_LOG_BYTES", 10<<10, "bot log kept per execution")
+}
+
+// validate checks the configuration and normalises it, with messages that
+// say which setting is wrong and how.
+func (c *config) validate() error {
+	var errs []error
+	bad := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
+	for _, a := range []struct{ name, v string }{{"SANDBOT_ADDR", c.Addr}, {"SANDBOT_METRICS_ADDR", c.MetricsAddr}} {
+		if _, _, err := net.SplitHostPort(a.v); err != nil {
+			bad("%s=%q is not a listen address like :8103 or 127.0.0.1:8103", a.name, a.v)
+		}
+	}
+	if c.Addr == c.MetricsAddr {
+		bad("SANDBOT_ADDR and SANDBOT_METRICS_ADDR must differ (both %q)", c.Addr)
+	}
+	u, err := url.Parse(c.BaseURL)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		bad("SANDBOT_BASE_URL=%q must be an absolute http(s) URL", c.BaseURL)
+	} else if !strings.HasSuffix(c.BaseURL, "/") {
+		c.BaseURL += "/"
+	}
+	if c.DatabaseURL != "" && !strings.HasPrefix(c.DatabaseURL, "postgres://") && !strings.HasPrefix(c.DatabaseURL, "postgresql://") {
+		bad("SANDBOT_DATABASE_URL must be a postgres:// URL (leave it empty for the embedded store)")
+	}
+	if c.DataDir == "" {
+		bad("SANDBOT_DATA_DIR must not be empty")
+	}
+	if c.AdminClientID != "" && !fhir.ValidID(c.AdminClientID) {
+		bad("SANDBOT_ADMIN_CLIENT_ID=%q must be 1-64 letters, digits, '-' or '.'", c.AdminClientID)
+	}
+	if (c.AdminClientID == "") != (c.AdminClientSecret == "") {
+		bad("SANDBOT_ADMIN_CLIENT_ID and SANDBOT_ADMIN_CLIENT_SECRET go together: set both or neither")
+	}
+	if c.AdminClientSecret != "" && len(c.AdminClientSecret) < 16 {
+		bad("SANDBOT_ADMIN_CLIENT_SECRET must be at least 16 characters")
+	}
+	if c.SMTPURL != "" {
+		if su, err := url.Parse(c.SMTPURL); err != nil || (su.Scheme != "smtp" && su.Scheme != "smtps") || su.Host == "" {
+			bad("SANDBOT_SMTP_URL=%q must look like smtp://user:password@host:587", c.SMTPURL)
+		}
+	}
+	switch c.LogLevel {
+	case "debug", "info", "warn", "error":
+	default:
+		bad("SANDBOT_LOG_LEVEL=%q must be debug, info, warn or error", c.LogLevel)
+	}
+	if c.TokenTTL < time.Minute {
+		bad("SANDBOT_TOKEN_TTL must be a duration of at least 1m (e.g. 1h)")
+	}
+	if c.ShutdownTimeout < 0 {
+		bad("SANDBOT_SHUTDOWN_TIMEOUT must be a duration (e.g. 30s)")
+	}
+	for _, l := range []struct {
+		name     string
+		v, lo, hi int64
+	}{
+		{"SANDBOT_MAX_JSON_BYTES", c.MaxJSONBytes, 1 << 10, 1 << 30},
+		{"SANDBOT_MAX_TEXT_BYTES", c.MaxTextBytes, 1 << 10, 1 << 30},
+		{"SANDBOT_MAX_MODULE_BYTES", c.MaxModuleBytes, 1 << 10, 1 << 30},
+		{"SANDBOT_BOT_MEMORY_BYTES", c.BotMemoryBytes, 1 << 16, 4 << 30},
+		{"SANDBOT_BOT_OUTPUT_BYTES", c.BotOutputBytes, 1 << 10, 1 << 30},
+		{"SANDBOT_BOT_LOG_BYTES", c.BotLogBytes, 0, 1 << 30},
+	} {
+		if l.v < l.lo || l.v > l.hi {
+			bad("%s=%d must be a byte count between %d and %d", l.name, l.v, l.lo, l.hi)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// storeURL is the database URL: PostgreSQL, or the SQLite file in the data dir.
+func (c *config) storeURL() string {
+	if c.DatabaseURL != "" {
+		return c.DatabaseURL
+	}
+	return filepath.Join(c.DataDir, "sandbot.db")
+}

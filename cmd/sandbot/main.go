@@ -1,0 +1,222 @@
+// Command sandbot is the sandbot server: a FHIR R4 API with projects,
+// memberships and WebAssembly bots. This package only wires the parts
+// together: configuration, logger, store, routers, listeners and signals.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"runtime/debug"
+	"syscall"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+
+	"github.com/sandbot/sandbot/internal/server"
+	"github.com/sandbot/sandbot/store/sqlstore"
+)
+
+// version is set at build time with -ldflags "-X main.version=…".
+var version = ""
+
+func buildVersion() string {
+	if version != "" {
+		return version
+	}
+	if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" {
+		return bi.Main.Version
+	}
+	return "dev"
+}
+
+const usage = `sandbot: a FHIR server that runs WebAssembly bots.
+
+Usage:
+  sandbot serve [flags]         run the server (flags: sandbot serve -h)
+  sandbot migrate [flags]       apply database migrations and exit
+  sandbot version               print the version
+  sandbot healthcheck [URL]     exit 0 when the server's /readyz answers (default http://127.0.0.1:9103/readyz)
+`
+
+func main() {
+	os.Exit(run(context.Background(), os.Args[1:], os.Stdin, os.Stdout, os.Stderr))
+}
+
+func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	if len(args) == 0 {
+		fmt.Fprint(stderr, usage)
+		return 2
+	}
+	switch args[0] {
+	case "serve":
+		return serve(ctx, args[1:], stdout, stderr)
+	case "migrate":
+		return migrate(ctx, args[1:], stderr)
+	case "version":
+		fmt.Fprintln(stdout, "sandbot", buildVersion())
+		return 0
+	case "healthcheck":
+		return healthcheck(args[1:], stderr)
+	case "help", "-h", "--help":
+		fmt.Fprint(stdout, usage)
+		return 0
+	}
+	if code, ok := runExtraCommand(ctx, args, stdin, stdout, stderr); ok {
+		return code
+	}
+	fmt.Fprintf(stderr, "sandbot: unknown command %q\n\n%s", args[0], usage)
+	return 2
+}
+
+func loadConfig(name string, args []string, stderr io.Writer) (*config, int) {
+	fs := flag.NewFlagSet("sandbot "+name, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	cfg := &config{}
+	configFlags(fs, cfg)
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return nil, 0
+		}
+		return nil, 2
+	}
+	if err := cfg.validate(); err != nil {
+		fmt.Fprintf(stderr, "sandbot: invalid configuration:\n%v\n", err)
+		return nil, 2
+	}
+	return cfg, -1
+}
+
+func newLogger(w io.Writer, level string) *slog.Logger {
+	var l slog.Level
+	l.UnmarshalText([]byte(level))
+	return slog.New(slog.NewJSONHandler(w, &slog.HandlerOptions{Level: l}))
+}
+
+func migrate(ctx context.Context, args []string, stderr io.Writer) int {
+	cfg, code := loadConfig("migrate", args, stderr)
+	if cfg == nil {
+		return code
+	}
+	log := newLogger(stderr, cfg.LogLevel)
+	st, err := sqlstore.Open(ctx, cfg.storeURL(), sqlstore.Options{Logger: log, Migrate: true})
+	if err != nil {
+		log.Error("migrate failed", "err", err)
+		return 1
+	}
+	st.Close()
+	log.Info("migrations applied", "dialect", sqlstore.DialectOf(cfg.storeURL()))
+	return 0
+}
+
+func serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	cfg, code := loadConfig("serve", args, stderr)
+	if cfg == nil {
+		return code
+	}
+	log := newLogger(stderr, cfg.LogLevel)
+	ctx, stop := signal.NotifyContext(ctx, syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+
+	st, err := sqlstore.Open(ctx, cfg.storeURL(), sqlstore.Options{Logger: log, Migrate: true})
+	if err != nil {
+		log.Error("store unavailable", "err", err)
+		return 1
+	}
+	defer st.Close()
+
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+		collectors.NewDBStatsCollector(st.DB(), string(st.Dialect())))
+
+	srv, err := server.New(ctx, server.Config{
+		BaseURL:           cfg.BaseURL,
+		AdminClientID:     cfg.AdminClientID,
+		AdminClientSecret: cfg.AdminClientSecret,
+		TokenTTL:          cfg.TokenTTL,
+		Limits:            server.Limits{JSONBytes: cfg.MaxJSONBytes, TextBytes: cfg.MaxTextBytes, ModuleBytes: cfg.MaxModuleBytes},
+		Version:           buildVersion(),
+		Dialect:           string(st.Dialect()),
+	}, st, reg, log)
+	if err != nil {
+		log.Error("server setup failed", "err", err)
+		return 1
+	}
+	if b := srv.Bootstrap; b.Secret != "" {
+		// Shown once: the store keeps it, but no API ever returns it again.
+		fmt.Fprintf(stdout, "sandbot: created the super-admin client\n  client id:     %s\n  client secret: %s\n", b.ClientID, b.Secret)
+	}
+
+	apiLis, err := net.Listen("tcp", cfg.Addr)
+	if err != nil {
+		log.Error("listen", "addr", cfg.Addr, "err", err)
+		return 1
+	}
+	opsLis, err := net.Listen("tcp", cfg.MetricsAddr)
+	if err != nil {
+		log.Error("listen", "addr", cfg.MetricsAddr, "err", err)
+		return 1
+	}
+	api := &http.Server{Handler: srv.API, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute,
+		BaseContext: func(net.Listener) context.Context { return context.WithoutCancel(ctx) }}
+	ops := &http.Server{Handler: srv.Ops, ReadHeaderTimeout: 10 * time.Second}
+	errc := make(chan error, 2)
+	go func() { errc <- api.Serve(apiLis) }()
+	go func() { errc <- ops.Serve(opsLis) }()
+	log.Info("sandbot listening", "api", apiLis.Addr().String(), "ops", opsLis.Addr().String(),
+		"base_url", cfg.BaseURL, "store", st.Dialect(), "version", buildVersion())
+
+	select {
+	case <-ctx.Done():
+	case err := <-errc:
+		log.Error("listener failed", "err", err)
+		return 1
+	}
+	// Readiness goes 503 first so that load balancers stop sending traffic,
+	// then in-flight requests finish within the shutdown timeout.
+	log.Info("shutting down")
+	srv.SetReady(false)
+	shutdownCtx, cancel := context.WithTimeout(context.Background(), cfg.ShutdownTimeout)
+	defer cancel()
+	if err := api.Shutdown(shutdownCtx); err != nil {
+		log.Error("api shutdown", "err", err)
+	}
+	ops.Shutdown(shutdownCtx)
+	log.Info("stopped")
+	return 0
+}
+
+func healthcheck(args []string, stderr io.Writer) int {
+	target := "http://127.0.0.1:9103/readyz"
+	if v := os.Getenv("SANDBOT_METRICS_ADDR"); v != "" {
+		if host, port, err := net.SplitHostPort(v); err == nil {
+			if host == "" || host == "0.0.0.0" || host == "::" {
+				host = "127.0.0.1"
+			}
+			target = "http://" + net.JoinHostPort(host, port) + "/readyz"
+		}
+	}
+	if len(args) > 0 {
+		target = args[0]
+	}
+	client := &http.Client{Timeout: 5 * time.Second}
+	resp, err := client.Get(target)
+	if err != nil {
+		fmt.Fprintf(stderr, "sandbot healthcheck: %v\n", err)
+		return 1
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		fmt.Fprintf(stderr, "sandbot healthcheck: %s answered %d\n", target, resp.StatusCode)
+		return 1
+	}
+	return 0
+}

@@ -1,0 +1,79 @@
+package rest
+
+import (
+	"net/http"
+	"sort"
+	"sync"
+
+	"github.com/sandbot/sandbot/fhir"
+	"github.com/sandbot/sandbot/internal/httpx"
+)
+
+var (
+	capabilityOnce sync.Once
+	capability     map[string]any
+)
+
+// capabilityStatement lists what the server really supports: every known
+// type with the same interactions, and the search parameters of the table.
+func capabilityStatement() map[string]any {
+	capabilityOnce.Do(func() {
+		types := fhirTypes()
+		sort.Strings(types)
+		var resources []any
+		for _, t := range types {
+			var params []any
+			for _, p := range fhir.ParamsFor(t) {
+				params = append(params, map[string]any{"name": p.Code, "type": typeName(p.Type)})
+			}
+			resources = append(resources, map[string]any{
+				"type":        t,
+				"interaction": []any{map[string]any{"code": "read"}, map[string]any{"code": "vread"}, map[string]any{"code": "update"}, map[string]any{"code": "patch"}, map[string]any{"code": "delete"}, map[string]any{"code": "history-instance"}, map[string]any{"code": "create"}, map[string]any{"code": "search-type"}},
+				"versioning":  "versioned",
+				"readHistory": true,
+				"searchParam": params,
+			})
+		}
+		capability = map[string]any{
+			"resourceType": "CapabilityStatement",
+			"status":       "active",
+			"date":         "2026-11-21",
+			"kind":         "instance",
+			"software":     map[string]any{"name": "sandbot"},
+			"fhirVersion":  "4.0.1",
+			"format":       []any{"application/fhir+json", "json"},
+			"patchFormat":  []any{"application/json-patch+json"},
+			"rest": []any{map[string]any{
+				"mode":     "server",
+				"security": map[string]any{"service": []any{map[string]any{"coding": []any{map[string]any{"system": "http://terminology.hl7.org/CodeSystem/restful-security-service", "code": "OAuth"}}}}},
+				"resource": resources,
+				"operation": []any{
+					map[string]any{"name": "execute", "definition": "Bot/$execute"},
+					map[string]any{"name": "deploy", "definition": "Bot/$deploy"},
+				},
+			}},
+		}
+	})
+	return capability
+}
+
+func typeName(t fhir.ParamType) string {
+	if t == fhir.BooleanParam {
+		return "token"
+	}
+	return string(t)
+}
+
+func fhirTypes() []string {
+	var out []string
+	for _, t := range fhir.KnownTypeNames() {
+		if !serverTypes[t] && t != "Bundle" && t != "OperationOutcome" && t != "Parameters" && t != "CapabilityStatement" {
+			out = append(out, t)
+		}
+	}
+	return out
+}
+
+func (h *Handler) metadata(w http.ResponseWriter, r *http.Request) {
+	httpx.WriteJSON(w, http.StatusOK, httpx.FHIRJSON, capabilityStatement())
+}

@@ -1,0 +1,335 @@
+package auth
+
+import (
+	"context"
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/base64"
+	"log/slog"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/sandbot/sandbot/fhir"
+	"github.com/sandbot/sandbot/internal/httpx"
+	"github.com/sandbot/sandbot/store"
+)
+
+// Principal is an authenticated caller: one login into one project through
+// one membership.
+type Principal struct {
+	LoginID string
+	// ClientID is the ClientApplication that logged in, if any.
+	ClientID string
+	// User is the membership's user reference (User/…, ClientApplication/… or Bot/…).
+	User string
+	// Profile is the membership's profile reference.
+	Profile    string
+	ProjectID  string
+	Project    fhir.Resource
+	Membership fhir.Resource
+	// SuperAdmin is set for members of the super-admin project.
+	SuperAdmin bool
+	// Admin is set for project administrators (and super admins).
+	Admin bool
+}
+
+// Scope is the set of projects the principal may see.
+func (p *Principal) Scope() store.Scope {
+	if p.SuperAdmin {
+		return store.AllProjects
+	}
+	return store.ProjectScope(p.ProjectID)
+}
+
+// Author is the meta.author of the principal's writes.
+func (p *Principal) Author() fhir.Reference { return fhir.Reference{Reference: p.Profile} }
+
+// MembershipID is the id of the principal's membership.
+func (p *Principal) MembershipID() string { return p.Membership.ID() }
+
+type principalKey struct{}
+
+// FromContext returns the principal of an authenticated request.
+func FromContext(ctx context.Context) *Principal {
+	p, _ := ctx.Value(principalKey{}).(*Principal)
+	return p
+}
+
+// WithPrincipal stores a principal in a context (for in-process callers such
+// as a bot's FHIR requests).
+func WithPrincipal(ctx context.Context, p *Principal) context.Context {
+	return context.WithValue(ctx, principalKey{}, p)
+}
+
+// cacheTTL bounds how long a resolved login is reused: revocations and
+// membership changes reach every replica within it.
+const cacheTTL = 10 * time.Second
+
+type cached struct {
+	p       *Principal
+	expires time.Time
+}
+
+// Authenticator resolves credentials to principals.
+type Authenticator struct {
+	store  store.Store
+	tokens *Tokens
+	log    *slog.Logger
+
+	mu    sync.Mutex
+	cache map[string]cached
+}
+
+// NewAuthenticator builds an authenticator.
+func NewAuthenticator(s store.Store, t *Tokens, log *slog.Logger) *Authenticator {
+	return &Authenticator{store: s, tokens: t, log: log, cache: map[string]cached{}}
+}
+
+// Tokens is the token signer.
+func (a *Authenticator) Tokens() *Tokens { return a.tokens }
+
+func (a *Authenticator) cacheGet(key string) *Principal {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	c, ok := a.cache[key]
+	if !ok || time.Now().After(c.expires) {
+		return nil
+	}
+	return c.p
+}
+
+func (a *Authenticator) cachePut(key string, p *Principal) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if len(a.cache) > 10000 {
+		now := time.Now()
+		for k, c := range a.cache {
+			if now.After(c.expires) {
+				delete(a.cache, k)
+			}
+		}
+	}
+	a.cache[key] = cached{p: p, expires: time.Now().Add(cacheTTL)}
+}
+
+// Forget drops cached principals (after a logout, a revocation, or a change
+// to memberships in this process).
+func (a *Authenticator) Forget() {
+	a.mu.Lock()
+	a.cache = map[string]cached{}
+	a.mu.Unlock()
+}
+
+// Authenticate resolves the Authorization header; fhir.ErrUnauthorized when
+// it is missing or wrong.
+func (a *Authenticator) Authenticate(r *http.Request) (*Principal, error) {
+	h := r.Header.Get("Authorization")
+	scheme, cred, _ := strings.Cut(h, " ")
+	cred = strings.TrimSpace(cred)
+	switch strings.ToLower(scheme) {
+	case "bearer":
+		return a.fromToken(r.Context(), cred)
+	case "basic":
+		id, secret, ok := DecodeBasic(cred)
+		if !ok {
+			return nil, fhir.ErrUnauthorized
+		}
+		return a.ClientPrincipal(r.Context(), id, secret)
+	}
+	return nil, fhir.ErrUnauthorized
+}
+
+// DecodeBasic decodes the credentials of a Basic header.
+func DecodeBasic(cred string) (id, secret string, ok bool) {
+	raw, err := base64.StdEncoding.DecodeString(cred)
+	if err != nil {
+		return "", "", false
+	}
+	id, secret, ok = strings.Cut(string(raw), ":")
+	return id, secret, ok && id != ""
+}
+
+func (a *Authenticator) fromToken(ctx context.Context, token string) (*Principal, error) {
+	claims, err := a.tokens.Verify(token)
+	if err != nil {
+		return nil, err
+	}
+	if p := a.cacheGet("login:" + claims.LoginID); p != nil {
+		return p, nil
+	}
+	login, err := a.store.Read(ctx, store.AllProjects, "Login", claims.LoginID)
+	if err != nil {
+		if fhir.IsCode(err, fhir.ENotFound) || fhir.IsCode(err, fhir.EGone) {
+			return nil, fhir.ErrUnauthorized
+		}
+		return nil, err
+	}
+	lr, err := login.Resource()
+	if err != nil {
+		return nil, err
+	}
+	if lr.Bool("revoked") {
+		return nil, fhir.ErrUnauthorized
+	}
+	_, membershipID, _ := fhir.SplitReference(lr.Ref("membership"))
+	p, err := a.principalFor(ctx, membershipID)
+	if err != nil {
+		return nil, err
+	}
+	p.LoginID = claims.LoginID
+	p.ClientID = claims.ClientID
+	a.cachePut("login:"+claims.LoginID, p)
+	return p, nil
+}
+
+// ClientPrincipal checks a client's credentials (constant-time secret
+// comparison) and resolves its membership.
+func (a *Authenticator) ClientPrincipal(ctx context.Context, clientID, secret string) (*Principal, error) {
+	sum := sha256.Sum256([]byte(clientID + "\x00" + secret))
+	key := "basic:" + base64.RawStdEncoding.EncodeToString(sum[:])
+	if p := a.cacheGet(key); p != nil {
+		return p, nil
+	}
+	client, err := a.CheckClient(ctx, clientID, secret)
+	if err != nil {
+		return nil, fhir.ErrUnauthorized
+	}
+	p, err := a.clientMembership(ctx, client)
+	if err != nil {
+		return nil, err
+	}
+	a.cachePut(key, p)
+	return p, nil
+}
+
+// ClientError says why client credentials were refused, in the words of the
+// reference's token endpoint.
+type ClientError struct{ Description string }
+
+func (e *ClientError) Error() string { return e.Description }
+
+// CheckClient verifies a ClientApplication's id and secret.
+func (a *Authenticator) CheckClient(ctx context.Context, clientID, secret string) (fhir.Resource, error) {
+	if !fhir.ValidID(clientID) {
+		return nil, &ClientError{"Invalid client"}
+	}
+	rec, err := a.store.Read(ctx, store.AllProjects, "ClientApplication", clientID)
+	if err != nil {
+		if fhir.IsCode(err, fhir.ENotFound) || fhir.IsCode(err, fhir.EGone) {
+			return nil, &ClientError{"Invalid client"}
+		}
+		return nil, err
+	}
+	client, err := rec.Resource()
+	if err != nil {
+		return nil, err
+	}
+	if st := client.String("status"); st != "" && st != "active" {
+		return nil, &ClientError{"Invalid client"}
+	}
+	want := client.String("secret")
+	if want == "" || subtle.ConstantTimeCompare([]byte(want), []byte(secret)) != 1 {
+		return nil, &ClientError{"Invalid secret"}
+	}
+	return client, nil
+}
+
+func (a *Authenticator) clientMembership(ctx context.Context, client fhir.Resource) (*Principal, error) {
+	m, err := FindMembership(ctx, a.store, "ClientApplication/"+client.ID())
+	if err != nil {
+		return nil, err
+	}
+	if m == nil {
+		return nil, &ClientError{"Invalid client"}
+	}
+	p, err := a.principalFor(ctx, m.ID())
+	if err != nil {
+		return nil, err
+	}
+	p.ClientID = client.ID()
+	return p, nil
+}
+
+// FindMembership returns the first active membership whose user is ref, or nil.
+func FindMembership(ctx context.Context, s store.Store, userRef string) (fhir.Resource, error) {
+	req, err := fhir.ParseSearch("ProjectMembership", "user="+userRef+"&_count=5")
+	if err != nil {
+		return nil, err
+	}
+	res, err := s.Search(ctx, store.AllProjects, req)
+	if err != nil {
+		return nil, err
+	}
+	for _, rec := range res.Records {
+		m, err := rec.Resource()
+		if err != nil {
+			return nil, err
+		}
+		if active, ok := m["active"].(bool); ok && !active {
+			continue
+		}
+		return m, nil
+	}
+	return nil, nil
+}
+
+// principalFor loads a membership and its project.
+func (a *Authenticator) principalFor(ctx context.Context, membershipID string) (*Principal, error) {
+	mrec, err := a.store.Read(ctx, store.AllProjects, "ProjectMembership", membershipID)
+	if err != nil {
+		if fhir.IsCode(err, fhir.ENotFound) || fhir.IsCode(err, fhir.EGone) {
+			return nil, fhir.ErrUnauthorized
+		}
+		return nil, err
+	}
+	m, err := mrec.Resource()
+	if err != nil {
+		return nil, err
+	}
+	if active, ok := m["active"].(bool); ok && !active {
+		return nil, fhir.ErrUnauthorized
+	}
+	_, projectID, _ := fhir.SplitReference(m.Ref("project"))
+	prec, err := a.store.Read(ctx, store.AllProjects, "Project", projectID)
+	if err != nil {
+		if fhir.IsCode(err, fhir.ENotFound) || fhir.IsCode(err, fhir.EGone) {
+			return nil, fhir.ErrUnauthorized
+		}
+		return nil, err
+	}
+	project, err := prec.Resource()
+	if err != nil {
+		return nil, err
+	}
+	p := &Principal{
+		User:       m.Ref("user"),
+		Profile:    m.Ref("profile"),
+		ProjectID:  projectID,
+		Project:    project,
+		Membership: m,
+		SuperAdmin: project.Bool("superAdmin"),
+	}
+	p.Admin = p.SuperAdmin || m.Bool("admin")
+	return p, nil
+}
+
+// Require is middleware that answers 401 unless the request authenticates,
+// and puts the principal in the request context.
+func (a *Authenticator) Require(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		p, err := a.Authenticate(r)
+		if err != nil {
+			if !fhir.IsCode(err, fhir.EUnauthorized) && !isClientError(err) {
+				httpx.WriteError(w, r, a.log, err)
+				return
+			}
+			httpx.WriteError(w, r, a.log, fhir.ErrUnauthorized)
+			return
+		}
+		next.ServeHTTP(w, r.WithContext(WithPrincipal(r.Context(), p)))
+	})
+}
+
+func isClientError(err error) bool { _, ok := err.(*ClientError); return ok }

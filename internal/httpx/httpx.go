@@ -1,0 +1,237 @@
+// Package httpx is sandbot's HTTP plumbing: the one place where errors become
+// statuses and OperationOutcomes, request ids, panic recovery, access logs
+// (which never carry bodies: they are patient data), request metrics and body
+// size limits.
+package httpx
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"log/slog"
+	"mime"
+	"net/http"
+	"regexp"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/gorilla/mux"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/sandbot/sandbot/fhir"
+)
+
+// FHIRJSON is the content type of FHIR answers.
+const FHIRJSON = "application/fhir+json; charset=utf-8"
+
+type ctxKey int
+
+const (
+	requestIDKey ctxKey = iota
+	traceIDKey
+)
+
+// RequestID is the id of the request being served.
+func RequestID(ctx context.Context) string { s, _ := ctx.Value(requestIDKey).(string); return s }
+
+// TraceID is the trace id of the request: X-Trace-Id when it is a UUID, else
+// the trace id of a valid traceparent, else a new UUID.
+func TraceID(ctx context.Context) string { s, _ := ctx.Value(traceIDKey).(string); return s }
+
+var traceparent = regexp.MustCompile(`^[0-9a-f]{2}-([0-9a-f]{32})-[0-9a-f]{16}-[0-9a-f]{2}$`)
+
+func traceIDOf(r *http.Request) string {
+	if t := r.Header.Get("X-Trace-Id"); t != "" {
+		if _, err := uuid.Parse(t); err == nil {
+			return t
+		}
+	}
+	if m := traceparent.FindStringSubmatch(r.Header.Get("traceparent")); m != nil {
+		return m[1]
+	}
+	return uuid.NewString()
+}
+
+// WriteError answers err. An *fhir.Error becomes its status and outcome; any
+// other error is logged and answered with a generic 500 that carries only the
+// request id.
+func WriteError(w http.ResponseWriter, r *http.Request, log *slog.Logger, err error) {
+	code := fhir.ErrorCodeOf(err)
+	status := code.Status()
+	if status >= 500 {
+		log.ErrorContext(r.Context(), "internal error", "request_id", RequestID(r.Context()), "method", r.Method, "path", r.URL.Path, "err", err)
+	}
+	out := fhir.OutcomeFor(err).WithTracing(RequestID(r.Context()), TraceID(r.Context()))
+	WriteJSON(w, status, FHIRJSON, out)
+}
+
+// WriteOutcome answers with an outcome and an explicit status.
+func WriteOutcome(w http.ResponseWriter, r *http.Request, status int, o *fhir.OperationOutcome) {
+	WriteJSON(w, status, FHIRJSON, o.WithTracing(RequestID(r.Context()), TraceID(r.Context())))
+}
+
+// WriteJSON encodes v (or sends it as-is when it is []byte or json.RawMessage).
+func WriteJSON(w http.ResponseWriter, status int, contentType string, v any) {
+	var body []byte
+	switch t := v.(type) {
+	case []byte:
+		body = t
+	case json.RawMessage:
+		body = t
+	default:
+		var buf bytes.Buffer
+		enc := json.NewEncoder(&buf)
+		enc.SetEscapeHTML(false)
+		if err := enc.Encode(v); err != nil {
+			http.Error(w, `{"resourceType":"OperationOutcome","issue":[{"severity":"error","code":"exception"}]}`, http.StatusInternalServerError)
+			return
+		}
+		body = bytes.TrimRight(buf.Bytes(), "\n")
+	}
+	w.Header().Set("Content-Type", contentType)
+	w.Header().Set("Content-Length", strconv.Itoa(len(body)))
+	w.WriteHeader(status)
+	w.Write(body)
+}
+
+// ReadBody reads at most limit bytes; more is fhir.ETooLarge (413).
+func ReadBody(r *http.Request, limit int64) ([]byte, error) {
+	if r.ContentLength > limit {
+		return nil, fhir.Errorf(fhir.ETooLarge, "Request body too large (limit %d bytes)", limit)
+	}
+	b, err := io.ReadAll(io.LimitReader(r.Body, limit+1))
+	if err != nil {
+		return nil, fhir.Invalid("Could not read request body")
+	}
+	if int64(len(b)) > limit {
+		return nil, fhir.Errorf(fhir.ETooLarge, "Request body too large (limit %d bytes)", limit)
+	}
+	return b, nil
+}
+
+// MediaType is the request's media type without parameters, lower-cased.
+func MediaType(r *http.Request) string {
+	ct := r.Header.Get("Content-Type")
+	if ct == "" {
+		return ""
+	}
+	mt, _, err := mime.ParseMediaType(ct)
+	if err != nil {
+		return strings.ToLower(strings.TrimSpace(strings.Split(ct, ";")[0]))
+	}
+	return mt
+}
+
+// IsJSON reports whether a media type is JSON: application/json or any
+// application/*+json.
+func IsJSON(mt string) bool {
+	return mt == "application/json" || (strings.HasPrefix(mt, "application/") && strings.HasSuffix(mt, "+json"))
+}
+
+// statusRecorder remembers the status written.
+type statusRecorder struct {
+	http.ResponseWriter
+	status int
+}
+
+func (s *statusRecorder) WriteHeader(code int) {
+	if s.status == 0 {
+		s.status = code
+	}
+	s.ResponseWriter.WriteHeader(code)
+}
+
+func (s *statusRecorder) Write(b []byte) (int, error) {
+	if s.status == 0 {
+		s.status = http.StatusOK
+	}
+	return s.ResponseWriter.Write(b)
+}
+
+func (s *statusRecorder) Flush() {
+	if f, ok := s.ResponseWriter.(http.Flusher); ok {
+		f.Flush()
+	}
+}
+
+// Metrics are the HTTP metrics of one listener.
+type Metrics struct {
+	duration *prometheus.HistogramVec
+	inFlight prometheus.Gauge
+}
+
+// NewMetrics registers the HTTP metrics on reg.
+func NewMetrics(reg prometheus.Registerer) *Metrics {
+	m := &Metrics{
+		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "sandbot_http_request_duration_seconds",
+			Help:    "Time to answer HTTP requests, by method, route template and status code.",
+			Buckets: []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10},
+		}, []string{"method", "route", "code"}),
+		inFlight: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "sandbot_http_requests_in_flight",
+			Help: "HTTP requests being served.",
+		}),
+	}
+	reg.MustRegister(m.duration, m.inFlight)
+	return m
+}
+
+// Middleware wraps the API: request id and trace id, panic recovery, access
+// log and metrics. The route label is the mux route template, so that ids do
+// not explode the label space.
+func Middleware(log *slog.Logger, m *Metrics) mux.MiddlewareFunc {
+	return func(next http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			start := time.Now()
+			reqID := uuid.NewString()
+			ctx := context.WithValue(r.Context(), requestIDKey, reqID)
+			ctx = context.WithValue(ctx, traceIDKey, traceIDOf(r))
+			r = r.WithContext(ctx)
+			w.Header().Set("X-Request-Id", reqID)
+			rec := &statusRecorder{ResponseWriter: w}
+			if m != nil {
+				m.inFlight.Inc()
+				defer m.inFlight.Dec()
+			}
+			defer func() {
+				if p := recover(); p != nil {
+					if p == http.ErrAbortHandler {
+						panic(p)
+					}
+					log.ErrorContext(ctx, "panic", "request_id", reqID, "method", r.Method, "path", r.URL.Path, "panic", p)
+					if rec.status == 0 {
+						WriteError(rec, r, slog.New(slog.DiscardHandler), errors.New("panic"))
+					}
+				}
+				route := "unmatched"
+				if cur := mux.CurrentRoute(r); cur != nil {
+					if tpl, err := cur.GetPathTemplate(); err == nil {
+						route = tpl
+					}
+				}
+				status := rec.status
+				if status == 0 {
+					status = http.StatusOK
+				}
+				d := time.Since(start)
+				if m != nil {
+					m.duration.WithLabelValues(r.Method, route, strconv.Itoa(status)).Observe(d.Seconds())
+				}
+				log.LogAttrs(ctx, slog.LevelInfo, "request",
+					slog.String("request_id", reqID),
+					slog.String("method", r.Method),
+					slog.String("route", route),
+					slog.String("path", r.URL.Path),
+					slog.Int("status", status),
+					slog.Duration("duration", d),
+					slog.String("remote", r.RemoteAddr))
+			}()
+			next.ServeHTTP(rec, r)
+		})
+	}
+}

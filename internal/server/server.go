@@ -1,0 +1,140 @@
+// Package server assembles sandbot's HTTP surface from its parts: the API
+// router (auth, FHIR, admin) and the ops router (metrics, liveness,
+// readiness). cmd/sandbot and the HTTP tests build the server the same way,
+// so what is tested is what runs.
+package server
+
+import (
+	"context"
+	"log/slog"
+	"net/http"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/gorilla/mux"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/sandbot/sandbot/admin"
+	"github.com/sandbot/sandbot/fhir"
+	"github.com/sandbot/sandbot/fhir/rest"
+	"github.com/sandbot/sandbot/internal/auth"
+	"github.com/sandbot/sandbot/internal/httpx"
+	"github.com/sandbot/sandbot/store"
+)
+
+// Limits are the request size limits (DECISIONS 14).
+type Limits struct {
+	JSONBytes   int64
+	TextBytes   int64
+	ModuleBytes int64
+}
+
+// Config configures the server.
+type Config struct {
+	// BaseURL is the public base URL, ending in "/".
+	BaseURL           string
+	AdminClientID     string
+	AdminClientSecret string
+	TokenTTL          time.Duration
+	Limits            Limits
+	Version           string
+	// Dialect names the store's database for /healthcheck.
+	Dialect string
+}
+
+// Server is the assembled server.
+type Server struct {
+	API   http.Handler
+	Ops   http.Handler
+	Auth  *auth.Authenticator
+	FHIR  *rest.Handler
+	Store store.Store
+	// Bootstrap says what the first-start bootstrap did.
+	Bootstrap *admin.BootstrapResult
+
+	ready atomic.Bool
+	log   *slog.Logger
+}
+
+// New builds the server: bootstrap, tokens, routers.
+func New(ctx context.Context, cfg Config, st store.Store, reg *prometheus.Registry, log *slog.Logger) (*Server, error) {
+	if cfg.TokenTTL == 0 {
+		cfg.TokenTTL = time.Hour
+	}
+	if cfg.Limits.JSONBytes == 0 {
+		cfg.Limits.JSONBytes = 1 << 20
+	}
+	if cfg.Limits.TextBytes == 0 {
+		cfg.Limits.TextBytes = 1 << 20
+	}
+	if cfg.Limits.ModuleBytes == 0 {
+		cfg.Limits.ModuleBytes = 32 << 20
+	}
+	boot, err := admin.Bootstrap(ctx, st, cfg.AdminClientID, cfg.AdminClientSecret)
+	if err != nil {
+		return nil, err
+	}
+	tokens, err := auth.NewTokens(ctx, st, strings.TrimSuffix(cfg.BaseURL, "/"), cfg.TokenTTL)
+	if err != nil {
+		return nil, err
+	}
+	s := &Server{Store: st, Bootstrap: boot, log: log}
+	s.Auth = auth.NewAuthenticator(st, tokens, log)
+	s.FHIR = rest.New(rest.Config{Store: st, Auth: s.Auth, BaseURL: cfg.BaseURL, Log: log,
+		MaxJSONBytes: cfg.Limits.JSONBytes, MaxBinaryBytes: cfg.Limits.ModuleBytes})
+
+	metrics := httpx.NewMetrics(reg)
+	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name:        "sandbot_build_info",
+		Help:        "Build information; always 1.",
+		ConstLabels: prometheus.Labels{"version": cfg.Version},
+	}, func() float64 { return 1 }))
+
+	api := mux.NewRouter()
+	api.Use(httpx.Middleware(log, metrics))
+	api.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		httpx.WriteJSON(w, http.StatusOK, "application/json", map[string]any{"ok": true})
+	}).Methods(http.MethodGet)
+	api.HandleFunc("/healthcheck", func(w http.ResponseWriter, r *http.Request) {
+		ok := st.Ping(r.Context()) == nil
+		status := http.StatusOK
+		if !ok {
+			status = http.StatusServiceUnavailable
+		}
+		httpx.WriteJSON(w, status, "application/json", map[string]any{"ok": ok, "version": cfg.Version, cfg.Dialect: ok})
+	}).Methods(http.MethodGet)
+	s.Auth.Register(api)
+	s.FHIR.Register(api)
+	// Last: anything unmatched is a 404 OperationOutcome, through the same
+	// middleware (request id, access log, metrics) as every other route.
+	api.PathPrefix("/").HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		httpx.WriteError(w, r, log, fhir.ErrNotFound)
+	})
+	s.API = api
+
+	ops := http.NewServeMux()
+	ops.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
+	ops.HandleFunc("/livez", func(w http.ResponseWriter, r *http.Request) { w.Write([]byte("ok\n")) })
+	readyz := func(w http.ResponseWriter, r *http.Request) {
+		ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
+		defer cancel()
+		switch {
+		case !s.ready.Load():
+			http.Error(w, "shutting down", http.StatusServiceUnavailable)
+		case st.Ping(ctx) != nil:
+			http.Error(w, "store unreachable", http.StatusServiceUnavailable)
+		default:
+			w.Write([]byte("ok\n"))
+		}
+	}
+	ops.HandleFunc("/readyz", readyz)
+	ops.HandleFunc("/healthz", readyz)
+	s.Ops = ops
+	s.ready.Store(true)
+	return s, nil
+}
+
+// SetReady flips readiness; shutdown sets it false before draining.
+func (s *Server) SetReady(ready bool) { s.ready.Store(ready) }
