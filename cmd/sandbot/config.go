@@ -137,7 +137,7 @@ func (c *config) validate() error {
 		bad("SANDBOT_SHUTDOWN_TIMEOUT must be a duration (e.g. 30s)")
 	}
 	for _, l := range []struct {
-		name     string
+		name      string
 		v, lo, hi int64
 	}{
 		{"SANDBOT_MAX_JSON_BYTES", c.MaxJSONBytes, 1 << 10, 1 << 30},

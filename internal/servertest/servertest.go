@@ -1,0 +1,220 @@
+// Package servertest starts real sandbot servers for tests: the same
+// assembly as cmd/sandbot (internal/server) on a real loopback listener, over
+// a fresh database of each backend (store/storetest.Backends).
+package servertest
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"strings"
+	"testing"
+
+	"github.com/google/uuid"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/sandbot/sandbot/admin"
+	"github.com/sandbot/sandbot/fhir"
+	"github.com/sandbot/sandbot/internal/server"
+	"github.com/sandbot/sandbot/store"
+	"github.com/sandbot/sandbot/store/sqlstore"
+	"github.com/sandbot/sandbot/store/storetest"
+)
+
+// AdminClientID and AdminClientSecret are the bootstrap super-admin client
+// of every test server.
+const (
+	AdminClientID     = "test-super-admin"
+	AdminClientSecret = "test-super-admin-secret"
+)
+
+// Server is a running test server.
+type Server struct {
+	*server.Server
+	URL      string // base URL with trailing slash
+	HTTP     *httptest.Server
+	Ops      *httptest.Server
+	Store    *sqlstore.Store
+	Registry *prometheus.Registry
+	Backend  string
+}
+
+// Option adjusts the server configuration before it starts.
+type Option func(*server.Config)
+
+// ForEachBackend runs fn against a fresh server on every backend.
+func ForEachBackend(t *testing.T, fn func(t *testing.T, s *Server), opts ...Option) {
+	for _, b := range storetest.Backends(t) {
+		t.Run(b.Name, func(t *testing.T) { fn(t, Start(t, b, opts...)) })
+	}
+}
+
+// Start starts a server on backend b; it stops when the test ends.
+func Start(t testing.TB, b storetest.Backend, opts ...Option) *Server {
+	t.Helper()
+	ctx := context.Background()
+	st, err := sqlstore.Open(ctx, b.NewURL(t), sqlstore.Options{Migrate: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	// The listener is opened first so that the base URL is known to the
+	// server (it signs tokens and builds links with it).
+	hs := httptest.NewUnstartedServer(nil)
+	base := "http://" + hs.Listener.Addr().String() + "/"
+	cfg := server.Config{BaseURL: base, AdminClientID: AdminClientID, AdminClientSecret: AdminClientSecret, Version: "test", Dialect: b.Name}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	reg := prometheus.NewRegistry()
+	srv, err := server.New(ctx, cfg, st, reg, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	hs.Config.Handler = srv.API
+	hs.Start()
+	ops := httptest.NewServer(srv.Ops)
+	t.Cleanup(func() { hs.Close(); ops.Close() })
+	return &Server{Server: srv, URL: base, HTTP: hs, Ops: ops, Store: st, Registry: reg, Backend: b.Name}
+}
+
+// Client is an HTTP client authenticated as one principal.
+type Client struct {
+	t     testing.TB
+	base  string
+	Token string
+	// ProjectID is the caller's project.
+	ProjectID string
+	// Profile is the caller's profile reference.
+	Profile string
+}
+
+// Token gets an access token with client credentials.
+func (s *Server) Token(t testing.TB, clientID, secret string) string {
+	t.Helper()
+	form := url.Values{"grant_type": {"client_credentials"}, "client_id": {clientID}, "client_secret": {secret}}
+	resp, err := http.PostForm(s.URL+"oauth2/token", form)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var out map[string]any
+	json.NewDecoder(resp.Body).Decode(&out)
+	tok, _ := out["access_token"].(string)
+	if resp.StatusCode != 200 || tok == "" {
+		t.Fatalf("token for %s: %d %v", clientID, resp.StatusCode, out)
+	}
+	return tok
+}
+
+// SuperAdmin is a client of the bootstrap super-admin.
+func (s *Server) SuperAdmin(t testing.TB) *Client {
+	return &Client{t: t, base: s.URL, Token: s.Token(t, AdminClientID, AdminClientSecret),
+		ProjectID: s.Bootstrap.ProjectID, Profile: "ClientApplication/" + AdminClientID}
+}
+
+// NewProject creates a project with an admin ClientApplication directly in
+// the store and returns a client logged in as it.
+func (s *Server) NewProject(t testing.TB, name string) *Client {
+	t.Helper()
+	ctx := context.Background()
+	secret := admin.NewSecret()
+	var projectID, clientID string
+	err := s.Store.InTx(ctx, func(tx store.Store) error {
+		// A project belongs to itself: its id is its meta.project.
+		id := uuid.NewString()
+		if _, err := tx.Create(ctx, fhir.Resource{"resourceType": "Project", "name": name, "strictMode": true}, store.Write{Project: id, ID: id, Author: fhir.Reference{Reference: "system"}}); err != nil {
+			return err
+		}
+		projectID = id
+		c, err := tx.Create(ctx, fhir.Resource{"resourceType": "ClientApplication", "name": name + " client", "secret": secret}, store.Write{Project: id, Author: fhir.Reference{Reference: "system"}})
+		if err != nil {
+			return err
+		}
+		clientID = c.ID
+		_, err = tx.Create(ctx, admin.NewMembership(id, name, "ClientApplication/"+c.ID, "ClientApplication/"+c.ID, name+" client", true), store.Write{Project: id, Author: fhir.Reference{Reference: "system"}})
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &Client{t: t, base: s.URL, Token: s.Token(t, clientID, secret), ProjectID: projectID, Profile: "ClientApplication/" + clientID}
+}
+
+// Response is a decoded answer.
+type Response struct {
+	Status int
+	Header http.Header
+	Body   []byte
+}
+
+// JSON decodes the body into a map (nil if it is not a JSON object).
+func (r *Response) JSON() map[string]any {
+	var m map[string]any
+	json.Unmarshal(r.Body, &m)
+	return m
+}
+
+// Issue is the details.text of the first issue of an OperationOutcome body.
+func (r *Response) Issue() string {
+	var o fhir.OperationOutcome
+	if json.Unmarshal(r.Body, &o) != nil || len(o.Issue) == 0 || o.Issue[0].Details == nil {
+		return ""
+	}
+	return o.Issue[0].Details.Text
+}
+
+// Do sends a request. body may be nil, a string, []byte or a value to encode
+// as JSON; contentType defaults to application/fhir+json when there is a body.
+func (c *Client) Do(method, path string, body any, contentType string) *Response {
+	c.t.Helper()
+	var rd io.Reader
+	switch b := body.(type) {
+	case nil:
+	case string:
+		rd = strings.NewReader(b)
+	case []byte:
+		rd = bytes.NewReader(b)
+	default:
+		js, err := json.Marshal(b)
+		if err != nil {
+			c.t.Fatal(err)
+		}
+		rd = bytes.NewReader(js)
+	}
+	req, err := http.NewRequest(method, c.base+strings.TrimPrefix(path, "/"), rd)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	if body != nil {
+		if contentType == "" {
+			contentType = "application/fhir+json"
+		}
+		req.Header.Set("Content-Type", contentType)
+	}
+	if c.Token != "" {
+		req.Header.Set("Authorization", "Bearer "+c.Token)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	out, _ := io.ReadAll(resp.Body)
+	return &Response{Status: resp.StatusCode, Header: resp.Header, Body: out}
+}
+
+// Create creates a resource and fails the test unless it answers 201.
+func (c *Client) Create(res map[string]any) map[string]any {
+	c.t.Helper()
+	r := c.Do("POST", "fhir/R4/"+res["resourceType"].(string), res, "")
+	if r.Status != 201 {
+		c.t.Fatalf("create %v: %d %s", res["resourceType"], r.Status, r.Body)
+	}
+	return r.JSON()
+}
