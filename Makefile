@@ -1,0 +1,40 @@
+# The one test command (README): Go suite on SQLite, and on PostgreSQL
+# whenever one answers on 127.0.0.1:5432 or SANDBOT_TEST_DATABASE_URL is set
+# (with CI=true PostgreSQL is required); the Node compatibility tests against
+# the real binary; and the HL7 fuzzer for FUZZTIME.
+GO       ?= go
+FUZZTIME ?= 60s
+
+.PHONY: test test-go test-sdk test-node fuzz vet build run bench examples
+
+test: vet test-go test-sdk test-node fuzz
+
+vet:
+	@unformatted=$$(gofmt -l $$(git ls-files -co --exclude-standard '*.go')); \
+	  if [ -n "$$unformatted" ]; then echo "gofmt needed:"; echo "$$unformatted"; exit 1; fi
+	$(GO) vet ./...
+
+test-go:
+	$(GO) test -count=1 ./...
+
+# The bot SDK is its own module; its host-side tests run natively.
+test-sdk:
+	cd sdk && $(GO) vet ./... && $(GO) test -count=1 ./...
+
+test-node:
+	cd compat && npm ci --no-audit --no-fund --loglevel=error && node --test
+
+fuzz:
+	$(GO) test ./hl7 -run '^$$' -fuzz '^FuzzParse$$' -fuzztime $(FUZZTIME)
+
+build:
+	CGO_ENABLED=0 $(GO) build -trimpath -o bin/sandbot ./cmd/sandbot
+
+run:
+	$(GO) run ./cmd/sandbot serve
+
+bench:
+	$(GO) test -run '^$$' -bench . -benchmem ./...
+
+examples:
+	$(MAKE) -C examples all
