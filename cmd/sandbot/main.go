@@ -14,6 +14,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"runtime/debug"
 	"syscall"
 	"time"
@@ -21,7 +22,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
+	"github.com/sandbot/sandbot/fhir/rest"
 	"github.com/sandbot/sandbot/internal/server"
+	"github.com/sandbot/sandbot/runtime"
 	"github.com/sandbot/sandbot/store/sqlstore"
 )
 
@@ -137,6 +140,19 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		collectors.NewDBStatsCollector(st.DB(), string(st.Dialect())))
 
+	rt, err := runtime.New(ctx, runtime.Config{
+		CacheDir:         filepath.Join(cfg.DataDir, "wasm-cache"),
+		MaxModuleBytes:   int(cfg.MaxModuleBytes),
+		MemoryLimitBytes: uint64(cfg.BotMemoryBytes),
+		Registerer:       reg,
+		Logger:           log,
+	})
+	if err != nil {
+		log.Error("bot runtime unavailable", "err", err)
+		return 1
+	}
+	defer rt.Close(context.WithoutCancel(ctx))
+
 	srv, err := server.New(ctx, server.Config{
 		BaseURL:           cfg.BaseURL,
 		AdminClientID:     cfg.AdminClientID,
@@ -145,6 +161,8 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		Limits:            server.Limits{JSONBytes: cfg.MaxJSONBytes, TextBytes: cfg.MaxTextBytes, ModuleBytes: cfg.MaxModuleBytes},
 		Version:           buildVersion(),
 		Dialect:           string(st.Dialect()),
+		Runtime:           rt,
+		BotLimits:         rest.BotLimits{MemoryBytes: uint64(cfg.BotMemoryBytes), OutputBytes: int(cfg.BotOutputBytes), LogBytes: int(cfg.BotLogBytes)},
 	}, st, reg, log)
 	if err != nil {
 		log.Error("server setup failed", "err", err)
@@ -190,6 +208,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		log.Error("api shutdown", "err", err)
 	}
 	ops.Shutdown(shutdownCtx)
+	srv.Close()
 	log.Info("stopped")
 	return 0
 }

@@ -13,10 +13,12 @@ import (
 
 	jsonpatch "github.com/evanphx/json-patch/v5"
 	"github.com/gorilla/mux"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/sandbot/sandbot/fhir"
 	"github.com/sandbot/sandbot/internal/auth"
 	"github.com/sandbot/sandbot/internal/httpx"
+	"github.com/sandbot/sandbot/runtime"
 	"github.com/sandbot/sandbot/store"
 )
 
@@ -29,8 +31,16 @@ type Config struct {
 	Log     *slog.Logger
 	// MaxJSONBytes bounds JSON bodies (default 1 MiB).
 	MaxJSONBytes int64
-	// MaxBinaryBytes bounds raw Binary uploads (default 32 MiB).
+	// MaxBinaryBytes bounds raw Binary uploads and bot modules (default 32 MiB).
 	MaxBinaryBytes int64
+	// MaxTextBytes bounds text, HL7 and form bodies of $execute (default 1 MiB).
+	MaxTextBytes int64
+	// Runtime runs bots; nil leaves the Bot operations out.
+	Runtime *runtime.Runtime
+	// BotLimits bound each execution; zero fields take the runtime's defaults.
+	BotLimits BotLimits
+	// Registerer receives the bot input metrics; nil registers none.
+	Registerer prometheus.Registerer
 }
 
 // Handler serves /fhir/R4.
@@ -40,6 +50,11 @@ type Handler struct {
 	log   *slog.Logger
 	base  string // BaseURL + "fhir/R4/"
 	extra []func(*mux.Router)
+	// internal serves bots' in-process FHIR calls: the same routes, with the
+	// principal already in the request context instead of a token.
+	internal *mux.Router
+	metrics  *botMetrics
+	audits   *auditWriter
 }
 
 // New builds the handler.
@@ -50,11 +65,19 @@ func New(cfg Config) *Handler {
 	if cfg.MaxBinaryBytes == 0 {
 		cfg.MaxBinaryBytes = 32 << 20
 	}
+	if cfg.MaxTextBytes == 0 {
+		cfg.MaxTextBytes = 1 << 20
+	}
 	if cfg.Log == nil {
 		cfg.Log = slog.New(slog.DiscardHandler)
 	}
-	return &Handler{cfg: cfg, store: cfg.Store, log: cfg.Log, base: cfg.BaseURL + "fhir/R4/"}
+	h := &Handler{cfg: cfg, store: cfg.Store, log: cfg.Log, base: cfg.BaseURL + "fhir/R4/", metrics: newBotMetrics(cfg.Registerer)}
+	h.audits = newAuditWriter(cfg.Store, cfg.Log, h.metrics)
+	return h
 }
+
+// Close flushes pending audit events.
+func (h *Handler) Close() { h.audits.close() }
 
 // AddRoutes registers extra authenticated routes under /fhir/R4 before the
 // generic resource routes (operations such as $execute).
@@ -68,6 +91,28 @@ func (h *Handler) Register(r *mux.Router) {
 	for _, fn := range h.extra {
 		fn(api)
 	}
+	h.registerBots(api)
+	h.resourceRoutes(api)
+
+	// Bots' own FHIR calls skip token checks but run every other rule. Bot
+	// operations are left out so that a bot cannot start another bot.
+	h.internal = mux.NewRouter()
+	in := h.internal.PathPrefix("/fhir/R4").Subrouter()
+	in.Use(requirePrincipal)
+	h.resourceRoutes(in)
+}
+
+func requirePrincipal(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if auth.FromContext(r.Context()) == nil {
+			httpx.WriteError(w, r, slog.New(slog.DiscardHandler), fhir.ErrUnauthorized)
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+func (h *Handler) resourceRoutes(api *mux.Router) {
 	api.HandleFunc("/{type}", h.search).Methods(http.MethodGet)
 	api.HandleFunc("/{type}/_search", h.searchPost).Methods(http.MethodPost)
 	api.HandleFunc("/{type}", h.create).Methods(http.MethodPost)
@@ -187,14 +232,22 @@ func (h *Handler) create(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	var rec *store.Record
-	if typ == "Binary" {
+	if typ == "Project" {
+		// A project belongs to itself: its id is its meta.project.
+		id := newID()
+		rec, err = h.store.Create(r.Context(), res, store.Write{Project: id, Author: p.Author(), ID: id})
+	} else if typ == "Binary" {
 		// The reference answers Binary uploads with a url the CLI copies into
 		// Bot.sourceCode; the id is needed for it, so it is chosen here.
 		id := newID()
 		res["url"] = "Binary/" + id
-		rec, err = h.store.Create(r.Context(), res, store.Write{Project: project, Author: p.Author(), ID: id, CheckReferences: !p.SuperAdmin})
+		rec, err = h.guardWrite(r.Context(), p, typ, "", func(st store.Store) (*store.Record, error) {
+			return st.Create(r.Context(), res, store.Write{Project: project, Author: p.Author(), ID: id, CheckReferences: !p.SuperAdmin})
+		})
 	} else {
-		rec, err = h.store.Create(r.Context(), res, store.Write{Project: project, Author: p.Author(), CheckReferences: !p.SuperAdmin})
+		rec, err = h.guardWrite(r.Context(), p, typ, "", func(st store.Store) (*store.Record, error) {
+			return st.Create(r.Context(), res, store.Write{Project: project, Author: p.Author(), CheckReferences: !p.SuperAdmin})
+		})
 	}
 	if err != nil {
 		h.fail(w, r, err)
@@ -232,6 +285,9 @@ func (h *Handler) read(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	rec, err := h.store.Read(r.Context(), p.Scope(), typ, mux.Vars(r)["id"])
+	if err == nil {
+		err = h.checkReadable(r.Context(), p, typ, rec.ID)
+	}
 	if err != nil {
 		h.fail(w, r, err)
 		return
@@ -284,6 +340,9 @@ func (h *Handler) vread(w http.ResponseWriter, r *http.Request) {
 	}
 	v := mux.Vars(r)
 	rec, err := h.store.ReadVersion(r.Context(), p.Scope(), typ, v["id"], v["vid"])
+	if err == nil {
+		err = h.checkReadable(r.Context(), p, typ, v["id"])
+	}
 	if err != nil {
 		h.fail(w, r, err)
 		return
@@ -322,8 +381,10 @@ func (h *Handler) update(w http.ResponseWriter, r *http.Request) {
 		h.fail(w, r, fhir.Invalid("Incorrect resource ID", "id"))
 		return
 	}
-	rec, err := h.store.Update(r.Context(), p.Scope(), typ, id, store.Write{Author: p.Author(), IfMatch: ifMatch(r), CheckReferences: !p.SuperAdmin},
-		func(cur fhir.Resource) (fhir.Resource, error) { return keepServerFields(cur, body), nil })
+	rec, err := h.guardWrite(r.Context(), p, typ, id, func(st store.Store) (*store.Record, error) {
+		return st.Update(r.Context(), p.Scope(), typ, id, store.Write{Author: p.Author(), IfMatch: ifMatch(r), CheckReferences: !p.SuperAdmin},
+			func(cur fhir.Resource) (fhir.Resource, error) { return keepServerFields(cur, body), nil })
+	})
 	if err != nil {
 		h.fail(w, r, err)
 		return
@@ -375,8 +436,10 @@ func (h *Handler) patch(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	id := mux.Vars(r)["id"]
-	rec, err := h.store.Update(r.Context(), p.Scope(), typ, id, store.Write{Author: p.Author(), IfMatch: ifMatch(r), CheckReferences: !p.SuperAdmin},
-		func(cur fhir.Resource) (fhir.Resource, error) { return applyPatch(cur, ops) })
+	rec, err := h.guardWrite(r.Context(), p, typ, id, func(st store.Store) (*store.Record, error) {
+		return st.Update(r.Context(), p.Scope(), typ, id, store.Write{Author: p.Author(), IfMatch: ifMatch(r), CheckReferences: !p.SuperAdmin},
+			func(cur fhir.Resource) (fhir.Resource, error) { return applyPatch(cur, ops) })
+	})
 	if err != nil {
 		h.fail(w, r, err)
 		return
@@ -418,7 +481,9 @@ func (h *Handler) delete(w http.ResponseWriter, r *http.Request) {
 		h.fail(w, r, err)
 		return
 	}
-	if err := h.store.Delete(r.Context(), p.Scope(), typ, mux.Vars(r)["id"], store.Write{Author: p.Author(), IfMatch: ifMatch(r)}); err != nil {
+	if _, err := h.guardWrite(r.Context(), p, typ, mux.Vars(r)["id"], func(st store.Store) (*store.Record, error) {
+		return nil, st.Delete(r.Context(), p.Scope(), typ, mux.Vars(r)["id"], store.Write{Author: p.Author(), IfMatch: ifMatch(r)})
+	}); err != nil {
 		h.fail(w, r, err)
 		return
 	}
@@ -449,6 +514,9 @@ func (h *Handler) history(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	recs, err := h.store.History(r.Context(), p.Scope(), typ, mux.Vars(r)["id"], req.Count, req.Offset)
+	if err == nil {
+		err = h.checkReadable(r.Context(), p, typ, mux.Vars(r)["id"])
+	}
 	if err != nil {
 		h.fail(w, r, err)
 		return

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/sandbot/sandbot/fhir"
+	"github.com/sandbot/sandbot/internal/access"
 	"github.com/sandbot/sandbot/internal/httpx"
 	"github.com/sandbot/sandbot/store"
 )
@@ -33,6 +34,9 @@ type Principal struct {
 	SuperAdmin bool
 	// Admin is set for project administrators (and super admins).
 	Admin bool
+	// Access is the compiled access policy of the membership; nil when the
+	// membership names none (or for super admins).
+	Access *access.Policy
 }
 
 // Scope is the set of projects the principal may see.
@@ -312,6 +316,11 @@ func (a *Authenticator) principalFor(ctx context.Context, membershipID string) (
 		SuperAdmin: project.Bool("superAdmin"),
 	}
 	p.Admin = p.SuperAdmin || m.Bool("admin")
+	if !p.SuperAdmin {
+		if p.Access, err = loadPolicy(ctx, a.store, m); err != nil {
+			return nil, err
+		}
+	}
 	return p, nil
 }
 
@@ -333,3 +342,13 @@ func (a *Authenticator) Require(next http.Handler) http.Handler {
 }
 
 func isClientError(err error) bool { _, ok := err.(*ClientError); return ok }
+
+// MembershipPrincipal is the principal of the membership whose user is
+// userRef (e.g. a Bot's own membership), or nil when there is none.
+func (a *Authenticator) MembershipPrincipal(ctx context.Context, userRef string) (*Principal, error) {
+	m, err := FindMembership(ctx, a.store, userRef)
+	if err != nil || m == nil {
+		return nil, err
+	}
+	return a.principalFor(ctx, m.ID())
+}

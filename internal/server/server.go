@@ -21,6 +21,7 @@ import (
 	"github.com/sandbot/sandbot/fhir/rest"
 	"github.com/sandbot/sandbot/internal/auth"
 	"github.com/sandbot/sandbot/internal/httpx"
+	"github.com/sandbot/sandbot/runtime"
 	"github.com/sandbot/sandbot/store"
 )
 
@@ -42,6 +43,10 @@ type Config struct {
 	Version           string
 	// Dialect names the store's database for /healthcheck.
 	Dialect string
+	// Runtime runs bots; nil serves no Bot operations.
+	Runtime *runtime.Runtime
+	// BotLimits bound each bot execution.
+	BotLimits rest.BotLimits
 }
 
 // Server is the assembled server.
@@ -83,7 +88,8 @@ func New(ctx context.Context, cfg Config, st store.Store, reg *prometheus.Regist
 	s := &Server{Store: st, Bootstrap: boot, log: log}
 	s.Auth = auth.NewAuthenticator(st, tokens, log)
 	s.FHIR = rest.New(rest.Config{Store: st, Auth: s.Auth, BaseURL: cfg.BaseURL, Log: log,
-		MaxJSONBytes: cfg.Limits.JSONBytes, MaxBinaryBytes: cfg.Limits.ModuleBytes})
+		MaxJSONBytes: cfg.Limits.JSONBytes, MaxTextBytes: cfg.Limits.TextBytes, MaxBinaryBytes: cfg.Limits.ModuleBytes,
+		Runtime: cfg.Runtime, BotLimits: cfg.BotLimits, Registerer: reg})
 
 	metrics := httpx.NewMetrics(reg)
 	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
@@ -135,6 +141,9 @@ func New(ctx context.Context, cfg Config, st store.Store, reg *prometheus.Regist
 	s.ready.Store(true)
 	return s, nil
 }
+
+// Close flushes what the server writes in the background (bot audit events).
+func (s *Server) Close() { s.FHIR.Close() }
 
 // SetReady flips readiness; shutdown sets it false before draining.
 func (s *Server) SetReady(ready bool) { s.ready.Store(ready) }

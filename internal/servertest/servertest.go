@@ -12,7 +12,10 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"os"
+	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/google/uuid"
@@ -21,6 +24,7 @@ import (
 	"github.com/sandbot/sandbot/admin"
 	"github.com/sandbot/sandbot/fhir"
 	"github.com/sandbot/sandbot/internal/server"
+	"github.com/sandbot/sandbot/runtime"
 	"github.com/sandbot/sandbot/store"
 	"github.com/sandbot/sandbot/store/sqlstore"
 	"github.com/sandbot/sandbot/store/storetest"
@@ -67,7 +71,8 @@ func Start(t testing.TB, b storetest.Backend, opts ...Option) *Server {
 	// server (it signs tokens and builds links with it).
 	hs := httptest.NewUnstartedServer(nil)
 	base := "http://" + hs.Listener.Addr().String() + "/"
-	cfg := server.Config{BaseURL: base, AdminClientID: AdminClientID, AdminClientSecret: AdminClientSecret, Version: "test", Dialect: b.Name}
+	cfg := server.Config{BaseURL: base, AdminClientID: AdminClientID, AdminClientSecret: AdminClientSecret, Version: "test", Dialect: b.Name,
+		Runtime: sharedRuntime(t)}
 	for _, o := range opts {
 		o(&cfg)
 	}
@@ -79,7 +84,7 @@ func Start(t testing.TB, b storetest.Backend, opts ...Option) *Server {
 	hs.Config.Handler = srv.API
 	hs.Start()
 	ops := httptest.NewServer(srv.Ops)
-	t.Cleanup(func() { hs.Close(); ops.Close() })
+	t.Cleanup(func() { hs.Close(); ops.Close(); srv.Close() })
 	return &Server{Server: srv, URL: base, HTTP: hs, Ops: ops, Store: st, Registry: reg, Backend: b.Name}
 }
 
@@ -217,4 +222,24 @@ func (c *Client) Create(res map[string]any) map[string]any {
 		c.t.Fatalf("create %v: %d %s", res["resourceType"], r.Status, r.Body)
 	}
 	return r.JSON()
+}
+
+var (
+	runtimeOnce sync.Once
+	runtimeVal  *runtime.Runtime
+	runtimeErr  error
+)
+
+// sharedRuntime is one bot runtime for the whole test process: compiled
+// modules are reused across tests, and wazero's disk cache across runs.
+func sharedRuntime(t testing.TB) *runtime.Runtime {
+	runtimeOnce.Do(func() {
+		runtimeVal, runtimeErr = runtime.New(context.Background(), runtime.Config{
+			CacheDir: filepath.Join(os.TempDir(), "sandbot-test-wasm-cache"),
+		})
+	})
+	if runtimeErr != nil {
+		t.Fatal(runtimeErr)
+	}
+	return runtimeVal
 }

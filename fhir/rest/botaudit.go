@@ -1,0 +1,160 @@
+package rest
+
+import (
+	"context"
+	"log/slog"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/sandbot/sandbot/fhir"
+	"github.com/sandbot/sandbot/internal/auth"
+	"github.com/sandbot/sandbot/runtime"
+	"github.com/sandbot/sandbot/store"
+)
+
+// botMetrics are the execution metrics that need the request (the runtime
+// keeps the rest).
+type botMetrics struct {
+	inputBytes   *prometheus.HistogramVec
+	auditDropped prometheus.Counter
+}
+
+func newBotMetrics(reg prometheus.Registerer) *botMetrics {
+	m := &botMetrics{
+		inputBytes: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "sandbot_bot_input_bytes",
+			Help:    "Size of bot inputs, by request content type.",
+			Buckets: prometheus.ExponentialBuckets(64, 4, 10),
+		}, []string{"content_type"}),
+		auditDropped: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "sandbot_bot_audit_events_dropped_total",
+			Help: "Execution AuditEvents not written because the writer was saturated or failed.",
+		}),
+	}
+	if reg != nil {
+		reg.MustRegister(m.inputBytes, m.auditDropped)
+	}
+	return m
+}
+
+func (m *botMetrics) observeInput(contentType string, n int) {
+	if contentType == "" {
+		contentType = "query"
+	}
+	switch contentType {
+	case mediaText, mediaJSON, mediaFHIR, mediaForm, mediaHL7, "query":
+	default:
+		contentType = "other+json"
+	}
+	m.inputBytes.WithLabelValues(contentType).Observe(float64(n))
+}
+
+// auditWriter writes one AuditEvent per execution off the request path: an
+// execution answers without waiting for its audit row.
+type auditWriter struct {
+	store   store.Store
+	log     *slog.Logger
+	metrics *botMetrics
+	ch      chan auditEntry
+	done    chan struct{}
+	once    sync.Once
+}
+
+type auditEntry struct {
+	project string
+	event   fhir.Resource
+}
+
+func newAuditWriter(s store.Store, log *slog.Logger, m *botMetrics) *auditWriter {
+	a := &auditWriter{store: s, log: log, metrics: m, ch: make(chan auditEntry, 4096), done: make(chan struct{})}
+	go a.run()
+	return a
+}
+
+func (a *auditWriter) run() {
+	defer close(a.done)
+	for e := range a.ch {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		_, err := a.store.Create(ctx, e.event, store.Write{Project: e.project, Author: fhir.Reference{Reference: "system"}})
+		cancel()
+		if err != nil {
+			a.metrics.auditDropped.Inc()
+			a.log.Warn("bot audit event not written", "err", err)
+		}
+	}
+}
+
+func (a *auditWriter) close() {
+	a.once.Do(func() { close(a.ch) })
+	<-a.done
+}
+
+func (a *auditWriter) add(project string, ev fhir.Resource) {
+	select {
+	case a.ch <- auditEntry{project: project, event: ev}:
+	default:
+		a.metrics.auditDropped.Inc()
+	}
+}
+
+// audit records an execution as the reference does (Bot.auditEventTrigger:
+// always (default), never, on-error, on-output).
+func (h *Handler) audit(ctx context.Context, p *auth.Principal, rec *store.Record, bot fhir.Resource, res *runtime.Result, err error) {
+	var logs strings.Builder
+	if res != nil {
+		for _, l := range res.Logs {
+			logs.WriteString(l.Text)
+			logs.WriteByte('\n')
+		}
+	}
+	failed := err != nil || (res != nil && len(res.Envelope.Error) > 0)
+	switch bot.String("auditEventTrigger") {
+	case "never":
+		return
+	case "on-error":
+		if !failed {
+			return
+		}
+	case "on-output":
+		if logs.Len() == 0 {
+			return
+		}
+	}
+	desc := logs.String()
+	if err != nil {
+		desc += err.Error()
+	}
+	const keep = 10 << 10
+	if len(desc) > keep {
+		desc = desc[len(desc)-keep:]
+	}
+	now := time.Now().UTC()
+	start := now
+	if res != nil {
+		start = now.Add(-res.Duration)
+	}
+	outcome := "0"
+	if failed {
+		outcome = "4"
+	}
+	ev := fhir.Resource{
+		"resourceType": "AuditEvent",
+		"type":         map[string]any{"system": "https://medplum.com/CodeSystem/audit-event", "code": "execute"},
+		"recorded":     now.Format(fhir.TimeFormat),
+		"period":       map[string]any{"start": start.Format(fhir.TimeFormat), "end": now.Format(fhir.TimeFormat)},
+		"agent": []any{
+			map[string]any{"who": map[string]any{"reference": p.Profile}, "requestor": true},
+			map[string]any{"who": map[string]any{"reference": "Bot/" + rec.ID}, "requestor": false},
+		},
+		"source":  map[string]any{"observer": map[string]any{"reference": "Bot/" + rec.ID}},
+		"entity":  []any{map[string]any{"what": map[string]any{"reference": "Bot/" + rec.ID}, "role": map[string]any{"code": "4"}}},
+		"outcome": outcome,
+	}
+	if desc != "" {
+		ev["outcomeDesc"] = desc
+	}
+	h.audits.add(rec.Project, ev)
+}

@@ -1,0 +1,640 @@
+package rest
+
+import (
+	"bytes"
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/gorilla/mux"
+
+	"github.com/sandbot/sandbot/fhir"
+	"github.com/sandbot/sandbot/hl7"
+	"github.com/sandbot/sandbot/internal/auth"
+	"github.com/sandbot/sandbot/internal/httpx"
+	"github.com/sandbot/sandbot/runtime"
+	"github.com/sandbot/sandbot/store"
+)
+
+// Media types of bot input and output.
+const (
+	mediaText  = "text/plain"
+	mediaJSON  = "application/json"
+	mediaFHIR  = "application/fhir+json"
+	mediaForm  = "application/x-www-form-urlencoded"
+	mediaHL7   = "x-application/hl7-v2+er7"
+	mediaWasm  = "application/wasm"
+	moduleHash = "https://sandbot.dev/fhir/StructureDefinition/module-sha256"
+)
+
+// BotLimits bound each execution (DECISIONS 14).
+type BotLimits struct {
+	MemoryBytes uint64
+	OutputBytes int
+	LogBytes    int
+}
+
+const (
+	defaultBotTimeout = 10 * time.Second
+	maxBotTimeout     = 900 * time.Second
+)
+
+// registerBots adds the Bot operations. Paths are matched after
+// percent-decoding, so "%24execute" reaches the same routes as "$execute";
+// anything after the operation name is accepted, as the reference does.
+func (h *Handler) registerBots(r *mux.Router) {
+	if h.cfg.Runtime == nil {
+		return
+	}
+	r.HandleFunc("/Bot/{id}/$deploy", h.deploy).Methods(http.MethodPost)
+	r.HandleFunc("/Bot/$execute{rest:(?:/.*)?}", h.execute).Methods(http.MethodGet, http.MethodPost)
+	r.HandleFunc("/Bot/{id}/$execute{rest:(?:/.*)?}", h.execute).Methods(http.MethodGet, http.MethodPost)
+}
+
+func (h *Handler) deploy(w http.ResponseWriter, r *http.Request) {
+	p := auth.FromContext(r.Context())
+	if err := authorize(p, "Bot", actionUpdate); err != nil {
+		h.fail(w, r, err)
+		return
+	}
+	if err := authorize(p, "Binary", actionCreate); err != nil {
+		h.fail(w, r, err)
+		return
+	}
+	ctx := r.Context()
+	id := mux.Vars(r)["id"]
+	rec, err := h.store.Read(ctx, p.Scope(), "Bot", id)
+	if err != nil {
+		h.fail(w, r, err)
+		return
+	}
+	bot, err := rec.Resource()
+	if err != nil {
+		h.fail(w, r, err)
+		return
+	}
+	if err := checkRuntimeVersion(bot); err != nil {
+		h.fail(w, r, err)
+		return
+	}
+	wasm, filename, err := h.deployBody(r)
+	if err != nil {
+		h.fail(w, r, err)
+		return
+	}
+	if wasm == nil {
+		// No code: redeploy what the Bot already points at.
+		wasm, err = h.loadModuleBytes(ctx, rec.Project, bot)
+		if err != nil {
+			h.fail(w, r, err)
+			return
+		}
+	}
+	mod, err := h.cfg.Runtime.Compile(ctx, wasm)
+	if err != nil {
+		h.fail(w, r, moduleError(err))
+		return
+	}
+	err = h.store.InTx(ctx, func(tx store.Store) error {
+		bin, err := tx.Create(ctx, fhir.Resource{"resourceType": "Binary", "contentType": mediaWasm,
+			"data": base64.StdEncoding.EncodeToString(wasm)}, store.Write{Project: rec.Project, Author: p.Author()})
+		if err != nil {
+			return err
+		}
+		_, err = tx.Update(ctx, p.Scope(), "Bot", id, store.Write{Author: p.Author()}, func(cur fhir.Resource) (fhir.Resource, error) {
+			code := map[string]any{"contentType": mediaWasm, "url": "Binary/" + bin.ID,
+				"extension": []any{map[string]any{"url": moduleHash, "valueString": mod.Hash()}}}
+			if filename != "" {
+				code["title"] = filename
+			}
+			cur["executableCode"] = code
+			return cur, nil
+		})
+		return err
+	})
+	if err != nil {
+		h.fail(w, r, err)
+		return
+	}
+	httpx.WriteOutcome(w, r, http.StatusOK, fhir.AllOK())
+}
+
+func moduleError(err error) error {
+	var me *runtime.ModuleError
+	if errors.As(err, &me) {
+		return fhir.Invalid("Invalid bot module: " + me.Reason)
+	}
+	return err
+}
+
+// deployBody reads the module of a $deploy: a raw application/wasm body, or
+// the reference's JSON {code, filename} with the module in base64 (what
+// `medplum bot deploy` sends from a dist file of base64 text).
+func (h *Handler) deployBody(r *http.Request) ([]byte, string, error) {
+	limit := h.cfg.MaxBinaryBytes
+	switch mt := httpx.MediaType(r); {
+	case mt == mediaWasm || mt == "application/octet-stream":
+		b, err := httpx.ReadBody(r, limit)
+		return b, r.URL.Query().Get("filename"), err
+	case httpx.IsJSON(mt):
+		b, err := httpx.ReadBody(r, limit*4/3+4<<10)
+		if err != nil {
+			return nil, "", err
+		}
+		var body struct {
+			Code     *string `json:"code"`
+			Filename string  `json:"filename"`
+		}
+		if err := json.Unmarshal(b, &body); err != nil {
+			return nil, "", fhir.Invalid("Content could not be parsed")
+		}
+		if body.Code == nil || strings.TrimSpace(*body.Code) == "" {
+			return nil, body.Filename, nil
+		}
+		wasm, err := decodeBase64(*body.Code)
+		if err != nil {
+			return nil, "", fhir.Invalid("code must be the module in base64", "code")
+		}
+		if int64(len(wasm)) > limit {
+			return nil, "", fhir.Errorf(fhir.ETooLarge, "Module too large (limit %d bytes)", limit)
+		}
+		return wasm, body.Filename, nil
+	default:
+		return nil, "", fhir.Errorf(fhir.EUnsupportedMedia, "Unsupported media type: $deploy takes application/wasm or JSON {code, filename}")
+	}
+}
+
+func decodeBase64(s string) ([]byte, error) {
+	s = strings.Map(func(r rune) rune {
+		if r == '\n' || r == '\r' || r == ' ' || r == '\t' {
+			return -1
+		}
+		return r
+	}, s)
+	if i := strings.Index(s, ";base64,"); i >= 0 && strings.HasPrefix(s, "data:") {
+		s = s[i+len(";base64,"):]
+	}
+	if b, err := base64.StdEncoding.DecodeString(s); err == nil {
+		return b, nil
+	}
+	return base64.RawStdEncoding.DecodeString(strings.TrimRight(s, "="))
+}
+
+func checkRuntimeVersion(bot fhir.Resource) error {
+	if v := bot.String("runtimeVersion"); v != "" && v != "wasm" {
+		return fhir.Invalid("Unsupported bot runtime")
+	}
+	return nil
+}
+
+// loadModuleBytes reads the module a Bot points at.
+func (h *Handler) loadModuleBytes(ctx context.Context, project string, bot fhir.Resource) ([]byte, error) {
+	code, _ := bot["executableCode"].(map[string]any)
+	ref, _ := code["url"].(string)
+	if ref == "" {
+		return nil, fhir.Invalid("Bot missing executable code")
+	}
+	typ, id, ok := fhir.SplitReference(ref)
+	if !ok || typ != "Binary" {
+		return nil, fhir.Invalid("Executable code is not a Binary")
+	}
+	rec, err := h.store.Read(ctx, store.ProjectScope(project), "Binary", id)
+	if err != nil {
+		if fhir.IsCode(err, fhir.ENotFound) || fhir.IsCode(err, fhir.EGone) {
+			return nil, fhir.Invalid("Bot executable code not found")
+		}
+		return nil, err
+	}
+	bin, err := rec.Resource()
+	if err != nil {
+		return nil, err
+	}
+	return base64.StdEncoding.DecodeString(bin.String("data"))
+}
+
+// module returns the compiled module of a Bot: from the runtime's cache by the
+// content hash recorded at deploy (so a redeploy is used by the next
+// execution on every replica), compiling from the stored Binary on a miss.
+func (h *Handler) module(ctx context.Context, project string, bot fhir.Resource) (*runtime.Module, error) {
+	code, _ := bot["executableCode"].(map[string]any)
+	if code == nil {
+		return nil, fhir.Invalid("No executable code")
+	}
+	if exts, ok := code["extension"].([]any); ok {
+		for _, e := range exts {
+			if m, ok := e.(map[string]any); ok && m["url"] == moduleHash {
+				if hash, _ := m["valueString"].(string); hash != "" {
+					if mod, ok := h.cfg.Runtime.Lookup(hash); ok {
+						return mod, nil
+					}
+				}
+			}
+		}
+	}
+	wasm, err := h.loadModuleBytes(ctx, project, bot)
+	if err != nil {
+		return nil, err
+	}
+	mod, err := h.cfg.Runtime.Compile(ctx, wasm)
+	if err != nil {
+		return nil, moduleError(err)
+	}
+	return mod, nil
+}
+
+func (h *Handler) execute(w http.ResponseWriter, r *http.Request) {
+	p := auth.FromContext(r.Context())
+	ctx := r.Context()
+	if err := authorize(p, "Bot", actionRead); err != nil {
+		h.fail(w, r, err)
+		return
+	}
+	query := r.URL.Query()
+	rec, byIdentifier, err := h.findBot(ctx, p, mux.Vars(r)["id"], query.Get("identifier"))
+	if err != nil {
+		h.fail(w, r, err)
+		return
+	}
+	bot, err := rec.Resource()
+	if err != nil {
+		h.fail(w, r, err)
+		return
+	}
+	if err := h.checkBotsEnabled(ctx, rec.Project, bot); err != nil {
+		h.fail(w, r, err)
+		return
+	}
+	mediaType, input, err := h.botInput(r, query, byIdentifier)
+	if err != nil {
+		h.fail(w, r, err)
+		return
+	}
+	mod, err := h.module(ctx, rec.Project, bot)
+	if err != nil {
+		h.fail(w, r, err)
+		return
+	}
+	event, err := h.botEvent(ctx, r, p, rec, bot, mediaType, input)
+	if err != nil {
+		h.fail(w, r, err)
+		return
+	}
+	h.metrics.observeInput(mediaType, len(input))
+	timeout := defaultBotTimeout
+	if n, ok := bot["timeout"].(json.Number); ok {
+		if secs, err := n.Float64(); err == nil && secs > 0 {
+			timeout = min(time.Duration(secs*float64(time.Second)), maxBotTimeout)
+		}
+	}
+	lim := h.cfg.BotLimits
+	res, err := h.cfg.Runtime.Execute(ctx, mod, runtime.Execution{
+		Event:  event,
+		Limits: runtime.Limits{Timeout: timeout, MemoryBytes: lim.MemoryBytes, OutputBytes: lim.OutputBytes, LogBytes: lim.LogBytes},
+		FHIR:   h.botFHIR(ctx, rec),
+	})
+	h.audit(ctx, p, rec, bot, res, err)
+	if err != nil {
+		var f *runtime.Failure
+		if errors.As(err, &f) {
+			// A bot failure is the caller's 400, never a 5xx: the reference
+			// client retries 5xx, which would run the bot again.
+			h.fail(w, r, fhir.Invalid(f.Message))
+			return
+		}
+		if ctx.Err() != nil {
+			return // the caller went away
+		}
+		h.fail(w, r, err)
+		return
+	}
+	h.writeBotResult(w, r, mediaType, &res.Envelope)
+}
+
+// findBot resolves the bot of an $execute: by id, or by identifier within the
+// caller's scope, the caller's own project first.
+func (h *Handler) findBot(ctx context.Context, p *auth.Principal, id, identifier string) (*store.Record, bool, error) {
+	if id != "" {
+		rec, err := h.store.Read(ctx, p.Scope(), "Bot", id)
+		return rec, false, err
+	}
+	if identifier == "" {
+		return nil, false, fhir.Invalid("Must specify bot ID or identifier.")
+	}
+	req, err := fhir.ParseSearch("Bot", "identifier="+url.QueryEscape(identifier)+"&_count=2")
+	if err != nil {
+		return nil, false, err
+	}
+	scopes := []store.Scope{store.ProjectScope(p.ProjectID)}
+	if p.SuperAdmin {
+		scopes = append(scopes, store.AllProjects)
+	}
+	for _, sc := range scopes {
+		res, err := h.store.Search(ctx, sc, req)
+		if err != nil {
+			return nil, false, err
+		}
+		switch {
+		case len(res.Records) == 1:
+			return &res.Records[0], true, nil
+		case len(res.Records) > 1 && (!sc.All || res.Records[0].Project == res.Records[1].Project):
+			return nil, false, &fhir.Error{Code: fhir.EMultipleMatches, Message: "Multiple resources found matching condition"}
+		case len(res.Records) > 1:
+			return &res.Records[0], true, nil
+		}
+	}
+	return nil, false, fhir.Errorf(fhir.ENotFound, "No bot found with identifier %s", identifier)
+}
+
+func (h *Handler) checkBotsEnabled(ctx context.Context, project string, bot fhir.Resource) error {
+	if err := checkRuntimeVersion(bot); err != nil {
+		return err
+	}
+	prec, err := h.store.Read(ctx, store.AllProjects, "Project", project)
+	if err != nil {
+		return err
+	}
+	pr, err := prec.Resource()
+	if err != nil {
+		return err
+	}
+	if settings, ok := pr["setting"].([]any); ok {
+		for _, s := range settings {
+			if m, ok := s.(map[string]any); ok && m["name"] == "bots" && m["valueBoolean"] == false {
+				return fhir.Invalid("Bots not enabled")
+			}
+		}
+	}
+	return nil
+}
+
+// botInput maps the request to event.input (bot ABI, "Event").
+func (h *Handler) botInput(r *http.Request, query url.Values, byIdentifier bool) (string, json.RawMessage, error) {
+	if r.Method == http.MethodGet {
+		if byIdentifier {
+			query.Del("identifier")
+		}
+		in, err := json.Marshal(formObject(query))
+		return "", in, err
+	}
+	mt := httpx.MediaType(r)
+	limit := h.cfg.MaxTextBytes
+	if httpx.IsJSON(mt) {
+		limit = h.cfg.MaxJSONBytes
+	}
+	body, err := httpx.ReadBody(r, limit)
+	if err != nil {
+		return "", nil, err
+	}
+	switch {
+	case mt == mediaText:
+		if !utf8.Valid(body) {
+			return "", nil, fhir.Invalid("Content could not be parsed: text is not UTF-8")
+		}
+		in, err := json.Marshal(string(body))
+		return mt, in, err
+	case mt == mediaHL7:
+		if err := validateHL7(body); err != nil {
+			return "", nil, err
+		}
+		in, err := json.Marshal(string(body))
+		return mt, in, err
+	case mt == mediaForm:
+		values, err := url.ParseQuery(string(body))
+		if err != nil {
+			return "", nil, fhir.Invalid("Content could not be parsed")
+		}
+		in, err := json.Marshal(formObject(values))
+		return mt, in, err
+	case mt == mediaJSON:
+		if !json.Valid(body) {
+			return "", nil, fhir.Invalid("Content could not be parsed")
+		}
+		return mt, compactJSON(body), nil
+	case httpx.IsJSON(mt):
+		res, err := fhir.ParseResource(body)
+		if err != nil {
+			return "", nil, err
+		}
+		in, err := res.Marshal()
+		return mt, in, err
+	case mt == "" && len(bytes.TrimSpace(body)) == 0:
+		return "", json.RawMessage(`{}`), nil
+	}
+	return "", nil, fhir.Errorf(fhir.EUnsupportedMedia, "Unsupported media type: %s", mt)
+}
+
+func compactJSON(b []byte) json.RawMessage {
+	var buf bytes.Buffer
+	if json.Compact(&buf, b) != nil {
+		return b
+	}
+	return buf.Bytes()
+}
+
+// formObject maps form values to an object of strings, arrays for repeated keys.
+func formObject(v url.Values) map[string]any {
+	out := make(map[string]any, len(v))
+	for k, vals := range v {
+		if len(vals) == 1 {
+			out[k] = vals[0]
+		} else {
+			out[k] = vals
+		}
+	}
+	return out
+}
+
+// validateHL7 checks that an HL7 body parses; a batch counts.
+func validateHL7(body []byte) error {
+	var err error
+	trimmed := bytes.TrimLeft(body, "\ufeff\x0b \r\n")
+	if bytes.HasPrefix(trimmed, []byte("FHS")) || bytes.HasPrefix(trimmed, []byte("BHS")) {
+		_, err = hl7.ParseBatch(body)
+	} else {
+		_, err = hl7.Parse(body)
+	}
+	if err == nil {
+		return nil
+	}
+	var pe *hl7.ParseError
+	if errors.As(err, &pe) {
+		e := fhir.Invalid(fmt.Sprintf("Content could not be parsed: invalid HL7 at byte %d (line %d, segment %q, field %d): %s",
+			pe.Offset, pe.Line, pe.Segment, pe.Field, pe.Reason))
+		if pe.Segment != "" {
+			e.Expression = []string{fmt.Sprintf("%s-%d", pe.Segment, pe.Field)}
+		}
+		return e
+	}
+	return fhir.Invalid("Content could not be parsed: " + err.Error())
+}
+
+// botEvent builds the event JSON.
+func (h *Handler) botEvent(ctx context.Context, r *http.Request, p *auth.Principal, rec *store.Record, bot fhir.Resource, mediaType string, input json.RawMessage) ([]byte, error) {
+	secrets, err := h.projectSecrets(ctx, rec.Project)
+	if err != nil {
+		return nil, err
+	}
+	headers := make(map[string]string, len(r.Header))
+	for k, v := range r.Header {
+		lk := strings.ToLower(k)
+		if lk == "authorization" || lk == "cookie" {
+			continue
+		}
+		headers[lk] = strings.Join(v, ", ")
+	}
+	botRef := map[string]any{"reference": "Bot/" + rec.ID}
+	if name := bot.String("name"); name != "" {
+		botRef["display"] = name
+	}
+	return json.Marshal(map[string]any{
+		"bot":         botRef,
+		"requester":   map[string]any{"reference": p.Profile},
+		"contentType": mediaType,
+		"input":       input,
+		"secrets":     secrets,
+		"traceId":     httpx.TraceID(ctx),
+		"headers":     headers,
+	})
+}
+
+// projectSecrets maps Project.secret to the name-keyed object of event.secrets.
+func (h *Handler) projectSecrets(ctx context.Context, project string) (map[string]any, error) {
+	out := map[string]any{}
+	prec, err := h.store.Read(ctx, store.AllProjects, "Project", project)
+	if err != nil {
+		return nil, err
+	}
+	pr, err := prec.Resource()
+	if err != nil {
+		return nil, err
+	}
+	if list, ok := pr["secret"].([]any); ok {
+		for _, s := range list {
+			if m, ok := s.(map[string]any); ok {
+				if name, _ := m["name"].(string); name != "" {
+					out[name] = m
+				}
+			}
+		}
+	}
+	return out, nil
+}
+
+// writeBotResult maps the envelope to the HTTP answer (bot ABI, DECISIONS 7-8).
+func (h *Handler) writeBotResult(w http.ResponseWriter, r *http.Request, requestType string, env *runtime.Envelope) {
+	if len(env.Error) > 0 {
+		status := http.StatusBadRequest
+		if env.Status != 0 {
+			status = env.Status
+		}
+		var msg string
+		if json.Unmarshal(env.Error, &msg) == nil {
+			httpx.WriteOutcome(w, r, status, fhir.OutcomeFor(fhir.Invalid(msg)))
+			return
+		}
+		var oo fhir.OperationOutcome
+		if json.Unmarshal(env.Error, &oo) == nil && oo.ResourceType == "OperationOutcome" {
+			httpx.WriteJSON(w, status, httpx.FHIRJSON, env.Error)
+			return
+		}
+		httpx.WriteOutcome(w, r, status, fhir.OutcomeFor(fhir.Invalid(string(env.Error))))
+		return
+	}
+	status := http.StatusOK
+	if env.Status != 0 {
+		status = env.Status
+	}
+	if len(env.Result) == 0 {
+		httpx.WriteOutcome(w, r, status, fhir.AllOK())
+		return
+	}
+	ct := env.ContentType
+	if ct == "" {
+		if requestType == mediaText || requestType == mediaHL7 {
+			ct = requestType + "; charset=utf-8"
+		} else {
+			ct = "application/json; charset=utf-8"
+		}
+	}
+	body := []byte(env.Result)
+	mt := strings.ToLower(strings.TrimSpace(strings.Split(ct, ";")[0]))
+	var s string
+	if !httpx.IsJSON(mt) && json.Unmarshal(env.Result, &s) == nil {
+		// Text results go out as the text itself; JSON types get JSON, so a
+		// string result to a JSON request is a JSON string (DECISIONS 7).
+		body = []byte(s)
+	}
+	w.Header().Set("Content-Type", ct)
+	w.Header().Set("Content-Length", strconv.Itoa(len(body)))
+	w.WriteHeader(status)
+	w.Write(body)
+}
+
+// botFHIR answers a bot's sandbot.fhir calls in-process, as the bot's own
+// ProjectMembership: its access rules apply and no token enters the guest.
+func (h *Handler) botFHIR(ctx context.Context, rec *store.Record) func(context.Context, []byte) []byte {
+	var principal *auth.Principal
+	var lookupErr error
+	looked := false
+	return func(callCtx context.Context, request []byte) []byte {
+		if !looked {
+			looked = true
+			principal, lookupErr = h.cfg.Auth.MembershipPrincipal(ctx, "Bot/"+rec.ID)
+		}
+		if lookupErr != nil || principal == nil {
+			return fhirReply(http.StatusForbidden, fhir.OutcomeFor(fhir.Errorf(fhir.EForbidden, "Bot has no project membership")))
+		}
+		var req struct {
+			Method string          `json:"method"`
+			URL    string          `json:"url"`
+			Body   json.RawMessage `json:"body"`
+		}
+		if err := json.Unmarshal(request, &req); err != nil || req.URL == "" {
+			return fhirReply(http.StatusBadRequest, fhir.OutcomeFor(fhir.Invalid("FHIR request must be {method, url, body}")))
+		}
+		if req.Method == "" {
+			req.Method = http.MethodGet
+		}
+		target := "/fhir/R4/" + strings.TrimPrefix(req.URL, "/")
+		var body *bytes.Reader
+		if len(req.Body) > 0 {
+			body = bytes.NewReader(req.Body)
+		} else {
+			body = bytes.NewReader(nil)
+		}
+		hr, err := http.NewRequestWithContext(auth.WithPrincipal(callCtx, principal), strings.ToUpper(req.Method), target, body)
+		if err != nil {
+			return fhirReply(http.StatusBadRequest, fhir.OutcomeFor(fhir.Invalid("Invalid FHIR request URL")))
+		}
+		if len(req.Body) > 0 {
+			ct := mediaFHIR
+			if strings.EqualFold(req.Method, http.MethodPatch) {
+				ct = "application/json-patch+json"
+			}
+			hr.Header.Set("Content-Type", ct)
+		}
+		hr.Header.Set("Accept", mediaFHIR)
+		rw := httptest.NewRecorder()
+		h.internal.ServeHTTP(rw, hr)
+		out := rw.Body.Bytes()
+		if !json.Valid(out) {
+			out, _ = json.Marshal(string(out))
+		}
+		reply, _ := json.Marshal(map[string]any{"status": rw.Code, "body": json.RawMessage(out)})
+		return reply
+	}
+}
+
+func fhirReply(status int, body any) []byte {
+	b, _ := json.Marshal(map[string]any{"status": status, "body": body})
+	return b
+}

@@ -1,0 +1,195 @@
+// Package access compiles AccessPolicy resources into the rules that limit
+// what a member may read and write. It is domain logic only: the FHIR layer
+// (fhir/rest) asks it which resource types are allowed, whether a type is
+// writable, and which search filters restrict a type.
+//
+// A policy has resource[] entries, each with a resourceType ("*" for every
+// type), an optional readonly flag and an optional criteria ("Type?query").
+// Criteria may use %profile (the member's profile reference) and the names of
+// the membership's access[].parameter values (e.g. %patient). Several
+// policies on one membership are unioned.
+//
+// Known limit: when several entries with criteria match one type, the store
+// cannot OR them, so the first such entry (in policy order) is the one
+// enforced; an entry without criteria for the type wins over all of them.
+package access
+
+import (
+	"net/url"
+	"strings"
+
+	"github.com/sandbot/sandbot/fhir"
+)
+
+// Entry is one compiled resource rule.
+type Entry struct {
+	ResourceType string
+	Readonly     bool
+	// Criteria restricts the entry to matching resources; nil means the whole
+	// type within the project.
+	Criteria *fhir.SearchRequest
+}
+
+// Policy is the compiled union of a member's policies. A nil *Policy means
+// "no policy": the project without limit (admin types are decided elsewhere).
+type Policy struct {
+	Entries []Entry
+}
+
+// Binding is one policy applied to a membership with its parameters.
+type Binding struct {
+	Policy fhir.Resource
+	// Params maps a variable name (without "%") to its value, a reference
+	// ("Patient/123") or a string.
+	Params map[string]string
+}
+
+// Compile builds the policy of a membership from its bindings. Errors are
+// *fhir.Error (a malformed criteria in a stored policy).
+func Compile(bindings []Binding) (*Policy, error) {
+	p := &Policy{}
+	for _, b := range bindings {
+		entries, _ := b.Policy["resource"].([]any)
+		for _, e := range entries {
+			m, _ := e.(map[string]any)
+			if m == nil {
+				continue
+			}
+			rt, _ := m["resourceType"].(string)
+			if rt == "" {
+				continue
+			}
+			ro, _ := m["readonly"].(bool)
+			ent := Entry{ResourceType: rt, Readonly: ro}
+			if c, _ := m["criteria"].(string); c != "" {
+				req, err := ParseCriteria(c, b.Params)
+				if err != nil {
+					return nil, err
+				}
+				if rt != "*" && req.ResourceType != rt {
+					return nil, fhir.Invalid("Access policy criteria must search the entry's resource type: "+c, "AccessPolicy.resource.criteria")
+				}
+				ent.Criteria = req
+			}
+			p.Entries = append(p.Entries, ent)
+		}
+	}
+	return p, nil
+}
+
+// ParseCriteria parses "Type?query", substituting %name variables from
+// params. A reference variable used with _id is replaced by its id part.
+func ParseCriteria(criteria string, params map[string]string) (*fhir.SearchRequest, error) {
+	typ, query, _ := strings.Cut(criteria, "?")
+	if !fhir.KnownType(typ) {
+		return nil, fhir.Invalid("Invalid access policy criteria: "+criteria, "AccessPolicy.resource.criteria")
+	}
+	var parts []string
+	for _, pair := range strings.Split(query, "&") {
+		if pair == "" {
+			continue
+		}
+		name, value, _ := strings.Cut(pair, "=")
+		value = substitute(value, params, name == "_id")
+		parts = append(parts, name+"="+url.QueryEscape(value))
+	}
+	return fhir.ParseSearch(typ, strings.Join(parts, "&"))
+}
+
+// substitute replaces %name tokens. An unknown variable becomes a value that
+// matches nothing, so a policy never widens by a missing parameter.
+func substitute(value string, params map[string]string, idOnly bool) string {
+	if raw, err := url.QueryUnescape(value); err == nil {
+		value = raw
+	}
+	if !strings.Contains(value, "%") {
+		return value
+	}
+	var out []string
+	for _, v := range strings.Split(value, ",") {
+		if strings.HasPrefix(v, "%") {
+			name := strings.TrimPrefix(v, "%")
+			rep, ok := params[name]
+			if !ok || rep == "" {
+				rep = "__no_such_value__"
+			}
+			if idOnly {
+				if i := strings.LastIndex(rep, "/"); i >= 0 {
+					rep = rep[i+1:]
+				}
+			}
+			v = rep
+		}
+		out = append(out, v)
+	}
+	return strings.Join(out, ",")
+}
+
+func (p *Policy) matching(typ string) []Entry {
+	var out []Entry
+	for _, e := range p.Entries {
+		if e.ResourceType == typ || e.ResourceType == "*" {
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
+// Allows reports whether the policy grants any access to the type.
+func (p *Policy) Allows(typ string) bool {
+	if p == nil {
+		return true
+	}
+	return len(p.matching(typ)) > 0
+}
+
+// CanWrite reports whether some matching entry is not read-only.
+func (p *Policy) CanWrite(typ string) bool {
+	if p == nil {
+		return true
+	}
+	for _, e := range p.matching(typ) {
+		if !e.Readonly {
+			return true
+		}
+	}
+	return false
+}
+
+// Filters returns the extra search filters for the type (nil: no
+// restriction) and whether the type is allowed at all. When write is true
+// only writable entries count.
+func (p *Policy) Filters(typ string, write bool) ([]fhir.Filter, bool) {
+	if p == nil {
+		return nil, true
+	}
+	var first *Entry
+	allowed := false
+	for _, e := range p.matching(typ) {
+		if write && e.Readonly {
+			continue
+		}
+		allowed = true
+		if e.Criteria == nil {
+			return nil, true
+		}
+		if first == nil {
+			e := e
+			first = &e
+		}
+	}
+	if !allowed {
+		return nil, false
+	}
+	// A "*" entry's criteria names one type; it restricts only that type.
+	if first.Criteria.ResourceType != typ {
+		return []fhir.Filter{noMatch(typ)}, true
+	}
+	return first.Criteria.Filters, true
+}
+
+// noMatch is a filter no resource satisfies.
+func noMatch(typ string) fhir.Filter {
+	req, _ := fhir.ParseSearch(typ, "_id=__none__")
+	return req.Filters[0]
+}
