@@ -74,15 +74,40 @@ func newAuditWriter(s store.Store, log *slog.Logger, m *botMetrics) *auditWriter
 	return a
 }
 
+// auditBatch bounds how many events one transaction writes: batching keeps
+// the writer from competing with executions for the database under load.
+const auditBatch = 256
+
 func (a *auditWriter) run() {
 	defer close(a.done)
+	batch := make([]auditEntry, 0, auditBatch)
 	for e := range a.ch {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		_, err := a.store.Create(ctx, e.event, store.Write{Project: e.project, Author: fhir.Reference{Reference: "system"}})
+		batch = append(batch[:0], e)
+	fill:
+		for len(batch) < auditBatch {
+			select {
+			case more, ok := <-a.ch:
+				if !ok {
+					break fill
+				}
+				batch = append(batch, more)
+			default:
+				break fill
+			}
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		err := a.store.InTx(ctx, func(tx store.Store) error {
+			for _, e := range batch {
+				if _, err := tx.Create(ctx, e.event, store.Write{Project: e.project, Author: fhir.Reference{Reference: "system"}}); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
 		cancel()
 		if err != nil {
-			a.metrics.auditDropped.Inc()
-			a.log.Warn("bot audit event not written", "err", err)
+			a.metrics.auditDropped.Add(float64(len(batch)))
+			a.log.Warn("bot audit events not written", "count", len(batch), "err", err)
 		}
 	}
 }

@@ -269,7 +269,8 @@ func (h *Handler) execute(w http.ResponseWriter, r *http.Request) {
 		h.fail(w, r, err)
 		return
 	}
-	if err := h.checkBotsEnabled(ctx, rec.Project, bot); err != nil {
+	project, err := h.botProject(ctx, rec.Project, bot)
+	if err != nil {
 		h.fail(w, r, err)
 		return
 	}
@@ -283,7 +284,7 @@ func (h *Handler) execute(w http.ResponseWriter, r *http.Request) {
 		h.fail(w, r, err)
 		return
 	}
-	event, err := h.botEvent(ctx, r, p, rec, bot, mediaType, input)
+	event, err := h.botEvent(ctx, r, p, rec, bot, project, mediaType, input)
 	if err != nil {
 		h.fail(w, r, err)
 		return
@@ -354,26 +355,27 @@ func (h *Handler) findBot(ctx context.Context, p *auth.Principal, id, identifier
 	return nil, false, fhir.Errorf(fhir.ENotFound, "No bot found with identifier %s", identifier)
 }
 
-func (h *Handler) checkBotsEnabled(ctx context.Context, project string, bot fhir.Resource) error {
+// botProject loads the bot's project and checks that it may run bots.
+func (h *Handler) botProject(ctx context.Context, project string, bot fhir.Resource) (fhir.Resource, error) {
 	if err := checkRuntimeVersion(bot); err != nil {
-		return err
+		return nil, err
 	}
 	prec, err := h.store.Read(ctx, store.AllProjects, "Project", project)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	pr, err := prec.Resource()
 	if err != nil {
-		return err
+		return nil, err
 	}
 	if settings, ok := pr["setting"].([]any); ok {
 		for _, s := range settings {
 			if m, ok := s.(map[string]any); ok && m["name"] == "bots" && m["valueBoolean"] == false {
-				return fhir.Invalid("Bots not enabled")
+				return nil, fhir.Invalid("Bots not enabled")
 			}
 		}
 	}
-	return nil
+	return pr, nil
 }
 
 // botInput maps the request to event.input (bot ABI, "Event").
@@ -478,11 +480,7 @@ func validateHL7(body []byte) error {
 }
 
 // botEvent builds the event JSON.
-func (h *Handler) botEvent(ctx context.Context, r *http.Request, p *auth.Principal, rec *store.Record, bot fhir.Resource, mediaType string, input json.RawMessage) ([]byte, error) {
-	secrets, err := h.projectSecrets(ctx, rec.Project)
-	if err != nil {
-		return nil, err
-	}
+func (h *Handler) botEvent(ctx context.Context, r *http.Request, p *auth.Principal, rec *store.Record, bot, project fhir.Resource, mediaType string, input json.RawMessage) ([]byte, error) {
 	headers := make(map[string]string, len(r.Header))
 	for k, v := range r.Header {
 		lk := strings.ToLower(k)
@@ -500,24 +498,16 @@ func (h *Handler) botEvent(ctx context.Context, r *http.Request, p *auth.Princip
 		"requester":   map[string]any{"reference": p.Profile},
 		"contentType": mediaType,
 		"input":       input,
-		"secrets":     secrets,
+		"secrets":     projectSecrets(project),
 		"traceId":     httpx.TraceID(ctx),
 		"headers":     headers,
 	})
 }
 
 // projectSecrets maps Project.secret to the name-keyed object of event.secrets.
-func (h *Handler) projectSecrets(ctx context.Context, project string) (map[string]any, error) {
+func projectSecrets(project fhir.Resource) map[string]any {
 	out := map[string]any{}
-	prec, err := h.store.Read(ctx, store.AllProjects, "Project", project)
-	if err != nil {
-		return nil, err
-	}
-	pr, err := prec.Resource()
-	if err != nil {
-		return nil, err
-	}
-	if list, ok := pr["secret"].([]any); ok {
+	if list, ok := project["secret"].([]any); ok {
 		for _, s := range list {
 			if m, ok := s.(map[string]any); ok {
 				if name, _ := m["name"].(string); name != "" {
@@ -526,7 +516,7 @@ func (h *Handler) projectSecrets(ctx context.Context, project string) (map[strin
 			}
 		}
 	}
-	return out, nil
+	return out
 }
 
 // writeBotResult maps the envelope to the HTTP answer (bot ABI, DECISIONS 7-8).

@@ -118,6 +118,16 @@ func (a *Authenticator) cachePut(key string, p *Principal) {
 	a.cache[key] = cached{p: p, expires: time.Now().Add(cacheTTL)}
 }
 
+// cachePutUntil caches for cacheTTL but never past limit (a token's expiry).
+func (a *Authenticator) cachePutUntil(key string, p *Principal, limit time.Time) {
+	a.cachePut(key, p)
+	if limit.Before(time.Now().Add(cacheTTL)) {
+		a.mu.Lock()
+		a.cache[key] = cached{p: p, expires: limit}
+		a.mu.Unlock()
+	}
+}
+
 // Forget drops cached principals (after a logout, a revocation, or a change
 // to memberships in this process).
 func (a *Authenticator) Forget() {
@@ -156,11 +166,19 @@ func DecodeBasic(cred string) (id, secret string, ok bool) {
 }
 
 func (a *Authenticator) fromToken(ctx context.Context, token string) (*Principal, error) {
+	// A token seen and verified within cacheTTL is not verified again: an
+	// ECDSA verification costs more than the rest of a small request.
+	sum := sha256.Sum256([]byte(token))
+	tokenKey := "token:" + base64.RawStdEncoding.EncodeToString(sum[:])
+	if p := a.cacheGet(tokenKey); p != nil {
+		return p, nil
+	}
 	claims, err := a.tokens.Verify(token)
 	if err != nil {
 		return nil, err
 	}
 	if p := a.cacheGet("login:" + claims.LoginID); p != nil {
+		a.cachePutUntil(tokenKey, p, claims.ExpiresAt.Time)
 		return p, nil
 	}
 	login, err := a.store.Read(ctx, store.AllProjects, "Login", claims.LoginID)
@@ -185,6 +203,7 @@ func (a *Authenticator) fromToken(ctx context.Context, token string) (*Principal
 	p.LoginID = claims.LoginID
 	p.ClientID = claims.ClientID
 	a.cachePut("login:"+claims.LoginID, p)
+	a.cachePutUntil(tokenKey, p, claims.ExpiresAt.Time)
 	return p, nil
 }
 
