@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"regexp"
+	"sort"
 	"strings"
 	"time"
 )
@@ -132,15 +133,52 @@ func (r Resource) MetaProject() string {
 	return s
 }
 
+// leadingFields are written first, in this order, as FHIR servers
+// conventionally do; the other fields follow sorted by name.
+var leadingFields = []string{"resourceType", "id", "meta"}
+
 // Marshal encodes the resource.
 func (r Resource) Marshal() ([]byte, error) {
 	var buf bytes.Buffer
 	enc := json.NewEncoder(&buf)
 	enc.SetEscapeHTML(false)
-	if err := enc.Encode(map[string]any(r)); err != nil {
-		return nil, err
+	buf.WriteByte('{')
+	first := true
+	field := func(k string, v any) error {
+		if !first {
+			buf.WriteByte(',')
+		}
+		first = false
+		kb, _ := json.Marshal(k)
+		buf.Write(kb)
+		buf.WriteByte(':')
+		if err := enc.Encode(v); err != nil {
+			return err
+		}
+		buf.Truncate(buf.Len() - 1) // Encode's newline
+		return nil
 	}
-	return bytes.TrimRight(buf.Bytes(), "\n"), nil
+	for _, k := range leadingFields {
+		if v, ok := r[k]; ok {
+			if err := field(k, v); err != nil {
+				return nil, err
+			}
+		}
+	}
+	keys := make([]string, 0, len(r))
+	for k := range r {
+		if k != "resourceType" && k != "id" && k != "meta" {
+			keys = append(keys, k)
+		}
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		if err := field(k, r[k]); err != nil {
+			return nil, err
+		}
+	}
+	buf.WriteByte('}')
+	return buf.Bytes(), nil
 }
 
 // References returns every relative reference ("Type/id") found anywhere in

@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# Bot latency and throughput: wrk against a real sandbot executing the C echo
+# and Go hello examples, and, in the same run, the reference approach (a Node
+# server running the same handler through vm.runInNewContext per request).
+#
+# Usage: bench/bots/run.sh [duration, default 10s]   (needs wrk: apt-get install wrk)
+# Server-side latency comes from sandbot's access log (exact per-request
+# durations); client-side figures are wrk's.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+DUR=${1:-10s}
+CONNS=${CONNS:-8}
+command -v wrk >/dev/null || { echo "wrk is needed: apt-get install wrk" >&2; exit 1; }
+work=$(mktemp -d)
+trap 'kill $(jobs -p) 2>/dev/null || true; rm -rf "$work"' EXIT
+
+go build -o "$work/sandbot" ./cmd/sandbot
+ID=bench-admin SECRET=bench-admin-secret-0123456789
+SANDBOT_ADDR=127.0.0.1:18110 SANDBOT_METRICS_ADDR=127.0.0.1:19110 SANDBOT_BASE_URL=http://127.0.0.1:18110/ \
+SANDBOT_DATA_DIR="$work/data" SANDBOT_ADMIN_CLIENT_ID=$ID SANDBOT_ADMIN_CLIENT_SECRET=$SECRET \
+  "$work/sandbot" serve >"$work/out.log" 2>"$work/server.log" &
+for _ in $(seq 1 50); do curl -sf http://127.0.0.1:18110/healthcheck >/dev/null && break; sleep 0.2; done
+B=http://127.0.0.1:18110
+TOKEN=$(curl -s -u "$ID:$SECRET" -d grant_type=client_credentials $B/oauth2/token | python3 -c 'import json,sys; print(json.load(sys.stdin)["access_token"])')
+export TOKEN
+auth=(-H "Authorization: Bearer $TOKEN")
+
+deploy() { # name wasm -> bot id
+  local id
+  id=$(curl -s "${auth[@]}" -H 'Content-Type: application/fhir+json' -d "{\"resourceType\":\"Bot\",\"name\":\"$1\"}" $B/fhir/R4/Bot | python3 -c 'import json,sys; print(json.load(sys.stdin)["id"])')
+  curl -sf "${auth[@]}" -H 'Content-Type: application/wasm' --data-binary @"$2" "$B/fhir/R4/Bot/$id/\$deploy" >/dev/null
+  echo "$id"
+}
+ECHO=$(deploy c-echo examples/c-echo/c-echo.wasm)
+HELLO=$(deploy hello examples/hello/hello.wasm)
+
+run() { # label url
+  echo "== $1"
+  : >"$work/server.log"
+  wrk -t1 -c"$CONNS" -d"$DUR" --latency -s bench/bots/post.lua "$2" | grep -E 'Requests/sec|50%|99%|Non-2xx' || true
+}
+# warm up (compile caches, connections)
+wrk -t1 -c2 -d2s -s bench/bots/post.lua "$B/fhir/R4/Bot/$ECHO/\$execute" >/dev/null
+wrk -t1 -c2 -d2s -s bench/bots/post.lua "$B/fhir/R4/Bot/$HELLO/\$execute" >/dev/null
+
+run "sandbot c-echo (C, reactor)" "$B/fhir/R4/Bot/$ECHO/\$execute"
+python3 bench/bots/latency.py "$work/server.log" '$execute'
+run "sandbot hello (Go SDK)" "$B/fhir/R4/Bot/$HELLO/\$execute"
+python3 bench/bots/latency.py "$work/server.log" '$execute'
+
+node bench/bots/node-vm-peer.mjs 18120 echo 2>/dev/null &
+sleep 1
+TOKEN= run "node vm.runInNewContext peer (echo)" "http://127.0.0.1:18120/"
