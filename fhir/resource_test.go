@@ -28,7 +28,7 @@ func TestParseResourceRejects(t *testing.T) {
 func TestReferencesSkipsNonRelative(t *testing.T) {
 	r := Resource{"resourceType": "Observation", "subject": map[string]any{"reference": "Patient/1"},
 		"performer": []any{map[string]any{"reference": "https://x.org/Practitioner/2"}, map[string]any{"reference": "#c"}, map[string]any{"reference": "Patient?identifier=x"}},
-		"meta": map[string]any{"author": map[string]any{"reference": "Practitioner/9"}}}
+		"meta":      map[string]any{"author": map[string]any{"reference": "Practitioner/9"}}}
 	got := r.References()
 	if len(got) != 1 || got[0] != "Patient/1" {
 		t.Errorf("References = %v", got)
