@@ -52,6 +52,10 @@ func (a *Authenticator) handleToken(w http.ResponseWriter, r *http.Request) {
 		oauthError(w, http.StatusBadRequest, "invalid_request", "Missing grant_type")
 	case "client_credentials":
 		a.clientCredentials(w, r, form)
+	case "authorization_code":
+		a.authorizationCode(w, r, form)
+	case "refresh_token":
+		a.refreshToken(w, r, form)
 	default:
 		oauthError(w, http.StatusBadRequest, "invalid_request", "Unsupported grant_type")
 	}
@@ -131,15 +135,20 @@ func (a *Authenticator) issue(r *http.Request, p *Principal, method, scope, disp
 	if err != nil {
 		return nil, err
 	}
+	return a.tokenResponse(p, rec.ID, scope, display)
+}
+
+// tokenResponse signs the access and id tokens of an existing Login.
+func (a *Authenticator) tokenResponse(p *Principal, loginID, scope, display string) (map[string]any, error) {
 	_, userID, _ := fhir.SplitReference(p.User)
-	claims := Claims{ClientID: p.ClientID, LoginID: rec.ID, Username: userID, Profile: p.Profile, Scope: scope}
+	claims := Claims{ClientID: p.ClientID, LoginID: loginID, Username: userID, Profile: p.Profile, Scope: scope}
 	claims.Subject = userID
 	claims.ID = uuid.NewString()
 	access, err := a.tokens.Sign(claims)
 	if err != nil {
 		return nil, err
 	}
-	idClaims := Claims{LoginID: rec.ID, Profile: p.Profile}
+	idClaims := Claims{LoginID: loginID, Profile: p.Profile}
 	idClaims.Subject = userID
 	if p.ClientID != "" {
 		idClaims.Audience = []string{p.ClientID}

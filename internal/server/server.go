@@ -17,10 +17,12 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/sandbot/sandbot/admin"
+	"github.com/sandbot/sandbot/admin/adminhttp"
 	"github.com/sandbot/sandbot/fhir"
 	"github.com/sandbot/sandbot/fhir/rest"
 	"github.com/sandbot/sandbot/internal/auth"
 	"github.com/sandbot/sandbot/internal/httpx"
+	"github.com/sandbot/sandbot/internal/mail"
 	"github.com/sandbot/sandbot/runtime"
 	"github.com/sandbot/sandbot/store"
 )
@@ -47,6 +49,12 @@ type Config struct {
 	Runtime *runtime.Runtime
 	// BotLimits bound each bot execution.
 	BotLimits rest.BotLimits
+	// SMTPURL sends invitation e-mails (smtp://[user:pass@]host[:port]?from=…,
+	// smtps://…); empty logs them instead (SANDBOT_SMTP_URL).
+	SMTPURL string
+	// AuthRateLimit is the number of /auth/* and /oauth2/* requests per
+	// client IP per minute (0: 160; negative: no limit).
+	AuthRateLimit int
 }
 
 // Server is the assembled server.
@@ -58,6 +66,8 @@ type Server struct {
 	Store store.Store
 	// Bootstrap says what the first-start bootstrap did.
 	Bootstrap *admin.BootstrapResult
+	// Admin runs the user-management use-cases.
+	Admin *admin.Service
 
 	ready atomic.Bool
 	log   *slog.Logger
@@ -98,8 +108,23 @@ func New(ctx context.Context, cfg Config, st store.Store, reg *prometheus.Regist
 		ConstLabels: prometheus.Labels{"version": cfg.Version},
 	}, func() float64 { return 1 }))
 
+	mailer, err := mail.New(cfg.SMTPURL, log)
+	if err != nil {
+		return nil, err
+	}
+	inviteMailFailures := prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "sandbot_invite_email_failures_total",
+		Help: "Invitation e-mails that could not be sent (the memberships were kept).",
+	})
+	reg.MustRegister(inviteMailFailures)
+	s.Admin = &admin.Service{Store: st, Mail: mailer, BaseURL: cfg.BaseURL, Log: log, SuperProjectID: boot.ProjectID,
+		Changed: s.Auth.Forget, MailFailed: inviteMailFailures.Inc}
+	adminAPI := adminhttp.New(s.Admin, s.Auth, cfg.BaseURL, cfg.Limits.JSONBytes, log)
+	s.FHIR.AddRoutes(adminAPI.RegisterFHIR)
+
 	api := mux.NewRouter()
 	api.Use(httpx.Middleware(log, metrics))
+	api.Use(auth.NewRateLimiter(cfg.AuthRateLimit, log).Middleware)
 	api.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		httpx.WriteJSON(w, http.StatusOK, "application/json", map[string]any{"ok": true})
 	}).Methods(http.MethodGet)
@@ -112,6 +137,8 @@ func New(ctx context.Context, cfg Config, st store.Store, reg *prometheus.Regist
 		httpx.WriteJSON(w, status, "application/json", map[string]any{"ok": ok, "version": cfg.Version, cfg.Dialect: ok})
 	}).Methods(http.MethodGet)
 	s.Auth.Register(api)
+	s.Auth.RegisterLogins(api)
+	adminAPI.Register(api)
 	s.FHIR.Register(api)
 	// Last: anything unmatched is a 404 OperationOutcome, through the same
 	// middleware (request id, access log, metrics) as every other route.

@@ -1,0 +1,326 @@
+// Package adminhttp is the HTTP layer of the admin use-cases: /admin/Project,
+// /admin/projects/:id/... and FHIR Project/$init. It decodes requests, turns
+// the authenticated principal into an admin.Caller and writes answers; every
+// rule lives in package admin.
+package adminhttp
+
+import (
+	"context"
+	"encoding/json"
+	"log/slog"
+	"net/http"
+
+	"github.com/gorilla/mux"
+
+	"github.com/sandbot/sandbot/admin"
+	"github.com/sandbot/sandbot/fhir"
+	"github.com/sandbot/sandbot/internal/auth"
+	"github.com/sandbot/sandbot/internal/httpx"
+	"github.com/sandbot/sandbot/store"
+)
+
+// Handler serves the admin API.
+type Handler struct {
+	svc     *admin.Service
+	auth    *auth.Authenticator
+	log     *slog.Logger
+	base    string
+	maxJSON int64
+}
+
+// New builds the handler. baseURL ends in "/".
+func New(svc *admin.Service, a *auth.Authenticator, baseURL string, maxJSON int64, log *slog.Logger) *Handler {
+	if maxJSON == 0 {
+		maxJSON = 1 << 20
+	}
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	return &Handler{svc: svc, auth: a, log: log, base: baseURL, maxJSON: maxJSON}
+}
+
+// Register mounts /admin/... on r.
+func (h *Handler) Register(r *mux.Router) {
+	ad := r.PathPrefix("/admin").Subrouter()
+	ad.Use(h.auth.Require)
+	ad.HandleFunc("/Project", h.createProject).Methods(http.MethodPost)
+	ad.HandleFunc("/Project/", h.createProject).Methods(http.MethodPost)
+	ad.HandleFunc("/projects/{pid}", h.project).Methods(http.MethodGet)
+	ad.HandleFunc("/projects/{pid}/secrets", h.replaceList("secret")).Methods(http.MethodPost)
+	ad.HandleFunc("/projects/{pid}/settings", h.replaceList("setting")).Methods(http.MethodPost)
+	ad.HandleFunc("/projects/{pid}/sites", h.replaceList("site")).Methods(http.MethodPost)
+	ad.HandleFunc("/projects/{pid}/client", h.createClient).Methods(http.MethodPost)
+	ad.HandleFunc("/projects/{pid}/bot", h.createBot).Methods(http.MethodPost)
+	ad.HandleFunc("/projects/{pid}/invite", h.invite).Methods(http.MethodPost)
+	ad.HandleFunc("/projects/{pid}/members/{mid}", h.getMember).Methods(http.MethodGet)
+	ad.HandleFunc("/projects/{pid}/members/{mid}", h.updateMember).Methods(http.MethodPost, http.MethodPut)
+	ad.HandleFunc("/projects/{pid}/members/{mid}", h.patchMember).Methods(http.MethodPatch)
+	ad.HandleFunc("/projects/{pid}/members/{mid}", h.deleteMember).Methods(http.MethodDelete)
+	ad.PathPrefix("/").HandlerFunc(func(w http.ResponseWriter, r *http.Request) { h.fail(w, r, fhir.ErrNotFound) })
+}
+
+// RegisterFHIR mounts Project/$init; r is the authenticated /fhir/R4 router.
+func (h *Handler) RegisterFHIR(r *mux.Router) {
+	r.HandleFunc("/Project/$init", h.initProject).Methods(http.MethodPost)
+}
+
+func caller(r *http.Request) admin.Caller {
+	p := auth.FromContext(r.Context())
+	return admin.Caller{ProjectID: p.ProjectID, SuperAdmin: p.SuperAdmin, Admin: p.Admin, User: p.User, Profile: p.Profile}
+}
+
+func (h *Handler) fail(w http.ResponseWriter, r *http.Request, err error) {
+	httpx.WriteError(w, r, h.log, err)
+}
+
+func (h *Handler) body(r *http.Request) ([]byte, error) {
+	if mt := httpx.MediaType(r); !httpx.IsJSON(mt) {
+		return nil, fhir.Errorf(fhir.EUnsupportedMedia, "Unsupported media type")
+	}
+	return httpx.ReadBody(r, h.maxJSON)
+}
+
+func (h *Handler) object(r *http.Request) (map[string]any, error) {
+	b, err := h.body(r)
+	if err != nil {
+		return nil, err
+	}
+	var m map[string]any
+	if err := json.Unmarshal(b, &m); err != nil || m == nil {
+		return nil, fhir.Invalid("Content could not be parsed")
+	}
+	return m, nil
+}
+
+func (h *Handler) writeRecord(w http.ResponseWriter, status int, rec *store.Record) {
+	w.Header().Set("ETag", `W/"`+rec.VersionID+`"`)
+	w.Header().Set("Last-Modified", rec.LastUpdated.UTC().Format(http.TimeFormat))
+	if status == http.StatusCreated {
+		w.Header().Set("Location", h.base+"fhir/R4/"+rec.ResourceType+"/"+rec.ID)
+	}
+	body := rec.JSON
+	if rec.ResourceType == "User" {
+		if res, err := rec.Resource(); err == nil {
+			delete(res, "passwordHash")
+			delete(res, "mfaSecret")
+			body, _ = res.Marshal()
+		}
+	}
+	httpx.WriteJSON(w, status, httpx.FHIRJSON, json.RawMessage(body))
+}
+
+func (h *Handler) createProject(w http.ResponseWriter, r *http.Request) {
+	if !caller(r).SuperAdmin {
+		h.fail(w, r, fhir.Errorf(fhir.EForbidden, "Forbidden: only super admins create projects through this endpoint"))
+		return
+	}
+	b, err := h.body(r)
+	if err != nil {
+		h.fail(w, r, err)
+		return
+	}
+	res, err := fhir.ParseResource(b)
+	if err != nil {
+		h.fail(w, r, err)
+		return
+	}
+	rec, err := h.svc.CreateProject(r.Context(), caller(r), res)
+	if err != nil {
+		h.fail(w, r, err)
+		return
+	}
+	h.writeRecord(w, http.StatusCreated, rec)
+}
+
+func (h *Handler) initProject(w http.ResponseWriter, r *http.Request) {
+	c := caller(r)
+	if !c.IsUser() && !c.SuperAdmin {
+		h.fail(w, r, fhir.Errorf(fhir.EForbidden, "Forbidden: only users and super admins may create projects"))
+		return
+	}
+	m, err := h.object(r)
+	if err != nil {
+		h.fail(w, r, err)
+		return
+	}
+	if rt, _ := m["resourceType"].(string); rt != "Parameters" {
+		h.fail(w, r, fhir.Invalid("Expected a Parameters resource", "resourceType"))
+		return
+	}
+	var name, owner string
+	params, _ := m["parameter"].([]any)
+	for _, x := range params {
+		p, _ := x.(map[string]any)
+		switch p["name"] {
+		case "name":
+			name, _ = p["valueString"].(string)
+		case "owner":
+			ref, _ := p["valueReference"].(map[string]any)
+			owner, _ = ref["reference"].(string)
+		}
+	}
+	rec, err := h.svc.InitProject(r.Context(), c, name, owner)
+	if err != nil {
+		h.fail(w, r, err)
+		return
+	}
+	h.writeRecord(w, http.StatusCreated, rec)
+}
+
+func (h *Handler) project(w http.ResponseWriter, r *http.Request) {
+	out, err := h.svc.ProjectDetails(r.Context(), caller(r), mux.Vars(r)["pid"])
+	if err != nil {
+		h.fail(w, r, err)
+		return
+	}
+	httpx.WriteJSON(w, http.StatusOK, "application/json", out)
+}
+
+func (h *Handler) replaceList(field string) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		c := caller(r)
+		if !c.Admin {
+			h.fail(w, r, fhir.ErrForbidden)
+			return
+		}
+		b, err := h.body(r)
+		if err != nil {
+			h.fail(w, r, err)
+			return
+		}
+		var list []any
+		if err := json.Unmarshal(b, &list); err != nil {
+			h.fail(w, r, fhir.Invalid("Expected an array", field))
+			return
+		}
+		rec, err := h.svc.ReplaceProjectList(r.Context(), c, mux.Vars(r)["pid"], field, list)
+		if err != nil {
+			h.fail(w, r, err)
+			return
+		}
+		h.writeRecord(w, http.StatusOK, rec)
+	}
+}
+
+func (h *Handler) createClient(w http.ResponseWriter, r *http.Request) {
+	h.createWith(w, r, h.svc.CreateClient)
+}
+
+func (h *Handler) createBot(w http.ResponseWriter, r *http.Request) {
+	h.createWith(w, r, h.svc.CreateBot)
+}
+
+func (h *Handler) createWith(w http.ResponseWriter, r *http.Request, fn func(context.Context, admin.Caller, string, map[string]any) (*store.Record, error)) {
+	c := caller(r)
+	if !c.Admin {
+		h.fail(w, r, fhir.ErrForbidden)
+		return
+	}
+	m, err := h.object(r)
+	if err != nil {
+		h.fail(w, r, err)
+		return
+	}
+	rec, err := fn(r.Context(), c, mux.Vars(r)["pid"], m)
+	if err != nil {
+		h.fail(w, r, err)
+		return
+	}
+	h.writeRecord(w, http.StatusCreated, rec)
+}
+
+func (h *Handler) invite(w http.ResponseWriter, r *http.Request) {
+	c := caller(r)
+	if !c.Admin {
+		h.fail(w, r, fhir.ErrForbidden)
+		return
+	}
+	m, err := h.object(r)
+	if err != nil {
+		h.fail(w, r, err)
+		return
+	}
+	req, err := admin.ParseInvite(m)
+	if err != nil {
+		h.fail(w, r, err)
+		return
+	}
+	rec, err := h.svc.Invite(r.Context(), c, mux.Vars(r)["pid"], req)
+	if err != nil {
+		h.fail(w, r, err)
+		return
+	}
+	h.writeRecord(w, http.StatusOK, rec)
+}
+
+func (h *Handler) getMember(w http.ResponseWriter, r *http.Request) {
+	v := mux.Vars(r)
+	rec, err := h.svc.Member(r.Context(), caller(r), v["pid"], v["mid"])
+	if err != nil {
+		h.fail(w, r, err)
+		return
+	}
+	h.writeRecord(w, http.StatusOK, rec)
+}
+
+func (h *Handler) updateMember(w http.ResponseWriter, r *http.Request) {
+	c := caller(r)
+	if !c.Admin {
+		h.fail(w, r, fhir.ErrForbidden)
+		return
+	}
+	b, err := h.body(r)
+	if err != nil {
+		h.fail(w, r, err)
+		return
+	}
+	res, err := fhir.ParseResource(b)
+	if err != nil {
+		if fhir.IsCode(err, fhir.EInvalid) && len(b) > 0 && b[0] == '{' {
+			// A body that is not a membership is refused like a wrong one.
+			err = fhir.ErrForbidden
+		}
+		h.fail(w, r, err)
+		return
+	}
+	v := mux.Vars(r)
+	rec, err := h.svc.UpdateMember(r.Context(), c, v["pid"], v["mid"], res)
+	if err != nil {
+		h.fail(w, r, err)
+		return
+	}
+	h.writeRecord(w, http.StatusOK, rec)
+}
+
+func (h *Handler) patchMember(w http.ResponseWriter, r *http.Request) {
+	c := caller(r)
+	if !c.Admin {
+		h.fail(w, r, fhir.ErrForbidden)
+		return
+	}
+	if httpx.MediaType(r) != "application/json-patch+json" {
+		h.fail(w, r, fhir.Errorf(fhir.EUnsupportedMedia, "Unsupported media type: use application/json-patch+json"))
+		return
+	}
+	b, err := httpx.ReadBody(r, h.maxJSON)
+	if err != nil {
+		h.fail(w, r, err)
+		return
+	}
+	v := mux.Vars(r)
+	rec, err := h.svc.PatchMember(r.Context(), c, v["pid"], v["mid"], b)
+	if err != nil {
+		h.fail(w, r, err)
+		return
+	}
+	h.writeRecord(w, http.StatusOK, rec)
+}
+
+func (h *Handler) deleteMember(w http.ResponseWriter, r *http.Request) {
+	v := mux.Vars(r)
+	if err := h.svc.DeleteMember(r.Context(), caller(r), v["pid"], v["mid"]); err != nil {
+		h.fail(w, r, err)
+		return
+	}
+	httpx.WriteOutcome(w, r, http.StatusOK, fhir.AllOK())
+}

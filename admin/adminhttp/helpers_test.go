@@ -1,0 +1,137 @@
+package adminhttp_test
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/url"
+	"strings"
+	"testing"
+
+	"github.com/sandbot/sandbot/internal/servertest"
+)
+
+// client is a caller of the test server (a token, or none).
+type client struct {
+	t     testing.TB
+	base  string
+	token string
+}
+
+func as(t testing.TB, s *servertest.Server, token string) *client {
+	return &client{t: t, base: s.URL, token: token}
+}
+
+func (c *client) do(method, path string, body any, contentType string) *servertest.Response {
+	c.t.Helper()
+	var rd io.Reader
+	switch b := body.(type) {
+	case nil:
+	case string:
+		rd = strings.NewReader(b)
+	case []byte:
+		rd = bytes.NewReader(b)
+	default:
+		js, _ := json.Marshal(b)
+		rd = bytes.NewReader(js)
+	}
+	req, err := http.NewRequest(method, c.base+strings.TrimPrefix(path, "/"), rd)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	if body != nil {
+		if contentType == "" {
+			contentType = "application/fhir+json"
+		}
+		req.Header.Set("Content-Type", contentType)
+	}
+	if c.token != "" {
+		req.Header.Set("Authorization", "Bearer "+c.token)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	out, _ := io.ReadAll(resp.Body)
+	return &servertest.Response{Status: resp.StatusCode, Header: resp.Header, Body: out}
+}
+
+func expect(t testing.TB, r *servertest.Response, status int, what string) map[string]any {
+	t.Helper()
+	if r.Status != status {
+		t.Fatalf("%s: got %d, want %d: %s", what, r.Status, status, r.Body)
+	}
+	return r.JSON()
+}
+
+// form posts a form to /oauth2/token.
+func tokenRequest(t testing.TB, s *servertest.Server, form url.Values) (int, map[string]any) {
+	t.Helper()
+	resp, err := http.PostForm(s.URL+"oauth2/token", form)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var out map[string]any
+	json.NewDecoder(resp.Body).Decode(&out)
+	return resp.StatusCode, out
+}
+
+func s256(verifier string) string {
+	sum := sha256.Sum256([]byte(verifier))
+	return base64.RawURLEncoding.EncodeToString(sum[:])
+}
+
+// login runs the password login with PKCE and returns the token response.
+func login(t testing.TB, s *servertest.Server, email, password, projectID string) map[string]any {
+	t.Helper()
+	verifier := "verifier-" + strings.Repeat("x", 40)
+	body := map[string]any{"email": email, "password": password, "codeChallenge": s256(verifier), "codeChallengeMethod": "S256"}
+	if projectID != "" {
+		body["projectId"] = projectID
+	}
+	r := as(t, s, "").do("POST", "auth/login", body, "application/json")
+	out := expect(t, r, 200, "login "+email)
+	code, _ := out["code"].(string)
+	if code == "" {
+		t.Fatalf("login %s: no code: %s", email, r.Body)
+	}
+	st, tok := tokenRequest(t, s, url.Values{"grant_type": {"authorization_code"}, "code": {code}, "code_verifier": {verifier}})
+	if st != 200 {
+		t.Fatalf("token for %s: %d %v", email, st, tok)
+	}
+	return tok
+}
+
+func userToken(t testing.TB, s *servertest.Server, email, password, projectID string) string {
+	return login(t, s, email, password, projectID)["access_token"].(string)
+}
+
+func ref(m map[string]any, field string) string {
+	r, _ := m[field].(map[string]any)
+	s, _ := r["reference"].(string)
+	return s
+}
+
+func id(m map[string]any) string { s, _ := m["id"].(string); return s }
+
+func entries(t testing.TB, r *servertest.Response) []map[string]any {
+	t.Helper()
+	b := expect(t, r, 200, "search")
+	var out []map[string]any
+	es, _ := b["entry"].([]any)
+	for _, e := range es {
+		em, _ := e.(map[string]any)
+		res, _ := em["resource"].(map[string]any)
+		out = append(out, res)
+	}
+	return out
+}
+
+func inviteBody(rt, first, last, email string) map[string]any {
+	return map[string]any{"resourceType": rt, "firstName": first, "lastName": last, "email": email, "sendEmail": false}
+}

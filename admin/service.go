@@ -1,0 +1,138 @@
+package admin
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/hex"
+	"log/slog"
+	"strings"
+
+	"github.com/sandbot/sandbot/fhir"
+	"github.com/sandbot/sandbot/internal/mail"
+	"github.com/sandbot/sandbot/store"
+)
+
+// Caller is who asks for an administrative action, as the HTTP layer
+// resolved it (kept free of HTTP and token details).
+type Caller struct {
+	ProjectID  string
+	SuperAdmin bool
+	// Admin is set for project admins and super admins.
+	Admin bool
+	// User is the membership's user reference (User/…, ClientApplication/…, Bot/…).
+	User string
+	// Profile is the membership's profile reference.
+	Profile string
+}
+
+// IsUser reports whether the caller is a person (a User login).
+func (c Caller) IsUser() bool { return strings.HasPrefix(c.User, "User/") }
+
+func (c Caller) author() fhir.Reference { return fhir.Reference{Reference: c.Profile} }
+
+// Service runs the administrative use-cases.
+type Service struct {
+	Store store.Store
+	// Mail sends invitations; nil logs them.
+	Mail mail.Sender
+	// BaseURL is the public base URL ending in "/", for set-password links.
+	BaseURL string
+	Log     *slog.Logger
+	// SuperProjectID is the super-admin project, which keeps server-scoped Users.
+	SuperProjectID string
+	// Changed is called after a membership change (the authenticator's
+	// cache is dropped so the change applies at once in this process).
+	Changed func()
+	// MailFailed is called when an invitation could not be sent (a metric).
+	MailFailed func()
+	// BeforeMembershipWrite, when set, runs inside the invite transaction
+	// just before the membership is written; an error aborts the invite.
+	// Tests use it to prove that a failed invite leaves nothing behind.
+	BeforeMembershipWrite func() error
+}
+
+func (s *Service) log() *slog.Logger {
+	if s.Log == nil {
+		return slog.New(slog.DiscardHandler)
+	}
+	return s.Log
+}
+
+func (s *Service) changed() {
+	if s.Changed != nil {
+		s.Changed()
+	}
+}
+
+var system = fhir.Reference{Reference: "system"}
+
+// projectFor checks that the caller administers project id and returns it:
+// project admins only their own project (403 otherwise), super admins any.
+func (s *Service) projectFor(ctx context.Context, c Caller, id string) (*store.Record, fhir.Resource, error) {
+	if !c.Admin {
+		return nil, nil, fhir.ErrForbidden
+	}
+	if !c.SuperAdmin && id != c.ProjectID {
+		return nil, nil, fhir.Errorf(fhir.EForbidden, "Forbidden: project admins administer only their own project")
+	}
+	rec, err := s.Store.Read(ctx, store.AllProjects, "Project", id)
+	if err != nil {
+		return nil, nil, err
+	}
+	p, err := rec.Resource()
+	if err != nil {
+		return nil, nil, err
+	}
+	return rec, p, nil
+}
+
+// randomToken returns a URL-safe random string of n bytes of entropy.
+func randomToken(n int) string {
+	b := make([]byte, n)
+	rand.Read(b)
+	return base64.RawURLEncoding.EncodeToString(b)
+}
+
+// HashSecret is how one-time secrets (set-password links) are stored.
+func HashSecret(secret string) string {
+	sum := sha256.Sum256([]byte(secret))
+	return hex.EncodeToString(sum[:])
+}
+
+func ref(r string) map[string]any { return map[string]any{"reference": r} }
+
+func refDisplay(r, display string) map[string]any {
+	m := map[string]any{"reference": r}
+	if display != "" {
+		m["display"] = display
+	}
+	return m
+}
+
+// search runs a query within a scope.
+func search(ctx context.Context, st store.Store, scope store.Scope, typ, query string) ([]fhir.Resource, error) {
+	req, err := fhir.ParseSearch(typ, query)
+	if err != nil {
+		return nil, err
+	}
+	res, err := st.Search(ctx, scope, req)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]fhir.Resource, 0, len(res.Records))
+	for i := range res.Records {
+		r, err := res.Records[i].Resource()
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, r)
+	}
+	return out, nil
+}
+
+func esc(v string) string {
+	// Search values: escape commas (OR lists) and percent-encode.
+	return strings.NewReplacer("%", "%25", "&", "%26", "+", "%2B", "#", "%23", ",", `\,`, " ", "%20").Replace(v)
+}

@@ -1,0 +1,256 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"mime"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/sandbot/sandbot/hl7"
+	"github.com/sandbot/sandbot/runtime"
+)
+
+const botRunUsage = `Usage: sandbot bot run <module.wasm> [--content-type TYPE] [--input FILE|-]
+
+Runs a bot module once, locally, as $execute would: the input (a file, or
+stdin with -; none when --input is absent) is passed as event.input according
+to its content type (default application/json):
+
+  text/plain                          a JSON string
+  application/json                    the JSON value
+  application/fhir+json               the resource (an object with resourceType)
+  application/x-www-form-urlencoded   an object of strings (arrays when repeated)
+  x-application/hl7-v2+er7            the message as a JSON string
+
+The result envelope is printed on stdout and the bot's log on stderr. The
+exit status is 0 on success, 1 when the bot fails or returns an error, 2 on
+a usage error. FHIR calls from the bot are answered with status 501.
+`
+
+// runBotCommand implements "sandbot bot run". args are the arguments after
+// "bot" (a leading "run" is expected; it may be omitted).
+func runBotCommand(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	if len(args) > 0 && args[0] == "run" {
+		args = args[1:]
+	}
+	var modulePath, contentType, inputPath string
+	hasInput := false
+	for i := 0; i < len(args); i++ {
+		a := args[i]
+		name, value, hasValue := strings.Cut(strings.TrimLeft(a, "-"), "=")
+		if !strings.HasPrefix(a, "-") || a == "-" {
+			if modulePath != "" {
+				fmt.Fprintf(stderr, "sandbot bot run: unexpected argument %q\n\n%s", a, botRunUsage)
+				return 2
+			}
+			modulePath = a
+			continue
+		}
+		switch name {
+		case "h", "help":
+			fmt.Fprint(stdout, botRunUsage)
+			return 0
+		case "content-type", "input":
+			if !hasValue {
+				if i+1 >= len(args) {
+					fmt.Fprintf(stderr, "sandbot bot run: %s needs a value\n\n%s", a, botRunUsage)
+					return 2
+				}
+				i++
+				value = args[i]
+			}
+			if name == "content-type" {
+				contentType = value
+			} else {
+				inputPath, hasInput = value, true
+			}
+		default:
+			fmt.Fprintf(stderr, "sandbot bot run: unknown flag %s\n\n%s", a, botRunUsage)
+			return 2
+		}
+	}
+	if modulePath == "" {
+		fmt.Fprint(stderr, botRunUsage)
+		return 2
+	}
+	wasm, err := os.ReadFile(modulePath)
+	if err != nil {
+		fmt.Fprintf(stderr, "sandbot bot run: %v\n", err)
+		return 2
+	}
+
+	var body []byte
+	if hasInput {
+		if inputPath == "-" {
+			body, err = io.ReadAll(stdin)
+		} else {
+			body, err = os.ReadFile(inputPath)
+		}
+		if err != nil {
+			fmt.Fprintf(stderr, "sandbot bot run: reading input: %v\n", err)
+			return 2
+		}
+	}
+	event, err := botEvent(filepath.Base(modulePath), contentType, body, hasInput)
+	if err != nil {
+		fmt.Fprintf(stderr, "sandbot bot run: %v\n", err)
+		return 2
+	}
+
+	cfg := runtime.Config{}
+	if dir, err := os.UserCacheDir(); err == nil {
+		cfg.CacheDir = filepath.Join(dir, "sandbot", "wasm-cache")
+	}
+	rt, err := runtime.New(ctx, cfg)
+	if err != nil && cfg.CacheDir != "" {
+		cfg.CacheDir = "" // an unusable cache directory is not fatal
+		rt, err = runtime.New(ctx, cfg)
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "sandbot bot run: %v\n", err)
+		return 1
+	}
+	defer rt.Close(context.WithoutCancel(ctx))
+
+	mod, err := rt.Compile(ctx, wasm)
+	if err != nil {
+		var me *runtime.ModuleError
+		if errors.As(err, &me) {
+			fmt.Fprintf(stderr, "sandbot bot run: invalid module: %v\n", me)
+		} else {
+			fmt.Fprintf(stderr, "sandbot bot run: %v\n", err)
+		}
+		return 1
+	}
+	res, err := rt.Execute(ctx, mod, runtime.Execution{Event: event})
+	if res != nil {
+		levels := [...]string{"debug", "info", "warn", "error"}
+		for _, l := range res.Logs {
+			fmt.Fprintf(stderr, "[%s] %s\n", levels[min(max(l.Level, 0), 3)], l.Text)
+		}
+		if res.LogTruncated {
+			fmt.Fprintln(stderr, "(log truncated: only its end was kept)")
+		}
+	}
+	if err != nil {
+		var f *runtime.Failure
+		if errors.As(err, &f) {
+			fmt.Fprintf(stderr, "bot failed (%s): %s\n", f.Kind, f.Message)
+		} else {
+			fmt.Fprintf(stderr, "bot failed: %v\n", err)
+		}
+		return 1
+	}
+	out, err := envelopeJSON(res.Envelope)
+	if err != nil {
+		fmt.Fprintf(stderr, "sandbot bot run: %v\n", err)
+		return 1
+	}
+	fmt.Fprintf(stdout, "%s\n", out)
+	if res.Envelope.Error != nil {
+		fmt.Fprintln(stderr, "bot returned an error")
+		return 1
+	}
+	return 0
+}
+
+// botEvent builds the ABI event for a local run.
+func botEvent(name, contentType string, body []byte, hasInput bool) ([]byte, error) {
+	if contentType == "" {
+		contentType = "application/json"
+	}
+	mt, _, err := mime.ParseMediaType(contentType)
+	if err != nil {
+		return nil, fmt.Errorf("content type %q: %v", contentType, err)
+	}
+	ev := struct {
+		Bot         map[string]string `json:"bot"`
+		Requester   map[string]string `json:"requester"`
+		ContentType string            `json:"contentType"`
+		Input       json.RawMessage   `json:"input,omitempty"`
+		Secrets     map[string]any    `json:"secrets"`
+		TraceID     string            `json:"traceId"`
+		Headers     map[string]string `json:"headers"`
+	}{
+		Bot:         map[string]string{"reference": "Bot/local", "display": name},
+		Requester:   map[string]string{"reference": "ClientApplication/local"},
+		ContentType: mt,
+		Secrets:     map[string]any{},
+		TraceID:     newUUID(),
+		Headers:     map[string]string{"content-type": contentType},
+	}
+	if hasInput {
+		ev.Input, err = botInput(mt, body)
+		if err != nil {
+			return nil, err
+		}
+	}
+	return json.Marshal(ev)
+}
+
+// botInput maps a request body to event.input as the ABI says.
+func botInput(mediaType string, body []byte) (json.RawMessage, error) {
+	switch mediaType {
+	case "application/json", "application/fhir+json":
+		body = bytes.TrimSpace(body)
+		if !json.Valid(body) {
+			return nil, errors.New("input is not valid JSON")
+		}
+		if mediaType == "application/fhir+json" {
+			var head struct {
+				ResourceType string `json:"resourceType"`
+			}
+			if len(body) == 0 || body[0] != '{' || json.Unmarshal(body, &head) != nil || head.ResourceType == "" {
+				return nil, errors.New("input is not a FHIR resource (an object with a resourceType)")
+			}
+		}
+		return body, nil
+	case "application/x-www-form-urlencoded":
+		vals, err := url.ParseQuery(strings.TrimSpace(string(body)))
+		if err != nil {
+			return nil, fmt.Errorf("input is not a form: %v", err)
+		}
+		obj := make(map[string]any, len(vals))
+		for k, v := range vals {
+			if len(v) == 1 {
+				obj[k] = v[0]
+			} else {
+				obj[k] = v
+			}
+		}
+		return json.Marshal(obj)
+	case "x-application/hl7-v2+er7":
+		if _, err := hl7.Parse(body); err != nil {
+			return nil, fmt.Errorf("input is not an HL7 v2 message: %v", err)
+		}
+		return json.Marshal(string(body))
+	default: // text/plain and anything else
+		return json.Marshal(string(body))
+	}
+}
+
+func envelopeJSON(e runtime.Envelope) ([]byte, error) {
+	out := struct {
+		Result      json.RawMessage `json:"result,omitempty"`
+		Error       json.RawMessage `json:"error,omitempty"`
+		Status      int             `json:"status,omitempty"`
+		ContentType string          `json:"contentType,omitempty"`
+	}{e.Result, e.Error, e.Status, e.ContentType}
+	return json.Marshal(out)
+}
+
+func newUUID() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:])
+	b[6] = b[6]&0x0f | 0x40
+	b[8] = b[8]&0x3f | 0x80
+	return fmt.Sprintf("%x-%x-%x-%x-%x", b[0:4], b[4:6], b[6:8], b[8:10], b[10:16])
+}

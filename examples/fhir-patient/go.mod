@@ -1,0 +1,13 @@
+module github.com/sandbot/sandbot/examples/fhir-patient
+
+go 1.26.0
+
+require (
+	github.com/sandbot/sandbot v0.0.0
+	github.com/sandbot/sandbot/sdk v0.0.0
+)
+
+replace (
+	github.com/sandbot/sandbot => ../..
+	github.com/sandbot/sandbot/sdk => ../../sdk
+)

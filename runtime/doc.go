@@ -1,0 +1,16 @@
+// Package runtime executes sandbot bots: user functions compiled to
+// WebAssembly and run, one request at a time, inside wazero sandboxes.
+//
+// The contract between host and guest is the bot ABI (sdk/ABI.md, version 1):
+// a module is either a reactor exporting sandbot_alloc and sandbot_handle or
+// a WASI command exporting _start; it receives one event JSON and answers
+// one result envelope JSON; it may import only sandbot.log, sandbot.fhir and
+// wasi_snapshot_preview1.
+//
+// A Runtime validates and compiles a module once ([Runtime.Compile]), keeps
+// it in memory under the SHA-256 of its bytes and in wazero's on-disk
+// compilation cache, and runs every execution in a fresh anonymous instance
+// ([Runtime.Execute]) under a deadline and memory, output and log limits.
+// The package knows nothing of HTTP, storage or FHIR: the FHIR import is a
+// callback supplied per execution. See RATIONALE.md for the design choices.
+package runtime

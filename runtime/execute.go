@@ -1,0 +1,331 @@
+package runtime
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/tetratelabs/wazero"
+	"github.com/tetratelabs/wazero/api"
+	"github.com/tetratelabs/wazero/experimental"
+	"github.com/tetratelabs/wazero/sys"
+)
+
+// Limits bound one execution. Zero fields take the defaults: 10 s, 64 MiB,
+// 8 MiB of output, 10 KiB of log. Timeout is capped at 15 minutes and
+// MemoryBytes at the runtime's MemoryLimitBytes.
+type Limits struct {
+	Timeout     time.Duration
+	MemoryBytes uint64
+	OutputBytes int
+	LogBytes    int
+}
+
+func (r *Runtime) limits(l Limits) Limits {
+	if l.Timeout <= 0 {
+		l.Timeout = DefaultTimeout
+	}
+	l.Timeout = min(l.Timeout, MaxTimeout)
+	if l.MemoryBytes == 0 {
+		l.MemoryBytes = DefaultMemoryBytes
+	}
+	l.MemoryBytes = min(l.MemoryBytes, r.cfg.MemoryLimitBytes)
+	if l.OutputBytes <= 0 {
+		l.OutputBytes = DefaultOutputBytes
+	}
+	if l.LogBytes <= 0 {
+		l.LogBytes = DefaultLogBytes
+	}
+	return l
+}
+
+// Execution is one run of a bot.
+type Execution struct {
+	// Event is the event JSON handed to the bot (bot ABI, "Event").
+	Event  []byte
+	Limits Limits
+	// FHIR answers the bot's sandbot.fhir calls: it receives the request
+	// JSON and returns the response JSON ({"status":...,"body":...}). Nil
+	// answers every call with status 501.
+	FHIR func(ctx context.Context, request []byte) []byte
+}
+
+// Result is what an execution produced. Logs are set even when Execute
+// returns a *Failure.
+type Result struct {
+	Envelope     Envelope
+	Logs         []LogLine
+	LogTruncated bool
+	Duration     time.Duration
+	MemoryBytes  uint64 // linear memory size at the end of the execution
+}
+
+// Envelope is the bot's result envelope. Result and Error are nil when
+// absent or null; Status is 0 when absent, else 200..499.
+type Envelope struct {
+	Result      json.RawMessage
+	Error       json.RawMessage // a JSON string or an OperationOutcome object
+	Status      int
+	ContentType string
+}
+
+// FailureKind names what went wrong in a failed execution.
+type FailureKind string
+
+// The failure kinds. They are also the outcome label of
+// sandbot_bot_executions_total.
+const (
+	FailTimeout  FailureKind = "timeout"
+	FailMemory   FailureKind = "memory"
+	FailOutput   FailureKind = "output"
+	FailTrap     FailureKind = "trap"
+	FailExit     FailureKind = "exit"
+	FailEnvelope FailureKind = "envelope"
+)
+
+// Failure is a guest failure: the bot, not the host, went wrong. The HTTP
+// layer answers it with 400 and Message.
+type Failure struct {
+	Kind    FailureKind
+	Message string
+}
+
+func (f *Failure) Error() string { return f.Message }
+
+func failf(kind FailureKind, format string, args ...any) *Failure {
+	return &Failure{Kind: kind, Message: fmt.Sprintf(format, args...)}
+}
+
+var (
+	errTimeout = errors.New("bot timeout")
+	errOutput  = errors.New("bot output limit")
+)
+
+// Execute runs m once, in a fresh anonymous instance, on ex.Event. A guest
+// failure is a *Failure and comes with the Result holding the logs; any
+// other error (the caller's context canceled, a host problem) is returned
+// as is.
+func (r *Runtime) Execute(ctx context.Context, m *Module, ex Execution) (*Result, error) {
+	lim := r.limits(ex.Limits)
+	start := time.Now()
+	r.metrics.inFlight.Inc()
+	defer r.metrics.inFlight.Dec()
+
+	res := &Result{}
+	mem := &guestMemory{limit: lim.MemoryBytes}
+	if !r.cfg.noPool {
+		mem.pool = r.pool
+	}
+	logs := &logBuffer{max: lim.LogBytes}
+	err := r.run(ctx, m, ex, lim, mem, logs, res)
+
+	mem.Free() // in case wazero did not (idempotent)
+	used, _ := mem.stats()
+	res.MemoryBytes = used
+	res.Logs, res.LogTruncated = logs.result()
+	res.Duration = time.Since(start)
+
+	outcome := "success"
+	var f *Failure
+	switch {
+	case errors.As(err, &f):
+		outcome = string(f.Kind)
+		r.log.Debug("bot execution failed", "hash", m.hash, "kind", f.Kind, "message", f.Message)
+	case err != nil:
+		outcome = "canceled"
+	}
+	r.metrics.executions.WithLabelValues(outcome).Inc()
+	r.metrics.duration.Observe(res.Duration.Seconds())
+	r.metrics.guestMemory.Observe(float64(used))
+	return res, err
+}
+
+func (r *Runtime) run(parent context.Context, m *Module, ex Execution, lim Limits, mem *guestMemory, logs *logBuffer, res *Result) error {
+	if m.minMemory > lim.MemoryBytes {
+		return failf(FailMemory, "Bot needs %d bytes of memory, over the limit of %d bytes", m.minMemory, lim.MemoryBytes)
+	}
+	ctx, cancelTimeout := context.WithTimeoutCause(parent, lim.Timeout, errTimeout)
+	defer cancelTimeout()
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	ctx = context.WithValue(ctx, stateKey{}, &execState{fhir: ex.FHIR, logs: logs})
+	ctx = experimental.WithMemoryAllocator(ctx, mem)
+
+	stderr := &lineWriter{logs: logs, level: 1}
+	cfg := wazero.NewModuleConfig().
+		WithName("").
+		WithStartFunctions().
+		WithArgs("bot").
+		WithSysWalltime().
+		WithSysNanotime().
+		WithRandSource(rand.Reader).
+		WithStderr(stderr)
+	var stdout *limitedBuffer
+	if m.shape == Command {
+		stdout = &limitedBuffer{max: lim.OutputBytes, over: func() { cancel(errOutput) }}
+		cfg = cfg.WithStdin(bytes.NewReader(ex.Event)).WithStdout(stdout)
+	} else {
+		cfg = cfg.WithStdout(&lineWriter{logs: logs, level: 1})
+	}
+
+	// classify turns an error from wazero into the execution's error.
+	classify := func(err error, what string) error {
+		stderr.flush()
+		if cause := context.Cause(ctx); cause != nil {
+			switch {
+			case errors.Is(cause, errOutput):
+				return failf(FailOutput, "Bot output exceeded the limit of %d bytes", lim.OutputBytes)
+			case errors.Is(cause, errTimeout):
+				return failf(FailTimeout, "Bot execution timed out after %d ms", lim.Timeout.Milliseconds())
+			case errors.Is(cause, context.DeadlineExceeded):
+				return failf(FailTimeout, "Bot execution timed out after %d ms", time.Since(timeNow(ctx)).Milliseconds())
+			default:
+				return fmt.Errorf("bot execution canceled: %w", cause)
+			}
+		}
+		if _, refused := mem.stats(); refused {
+			return failf(FailMemory, "Bot exceeded the memory limit of %d bytes", lim.MemoryBytes)
+		}
+		var exit *sys.ExitError
+		if errors.As(err, &exit) {
+			msg := fmt.Sprintf("Bot exited with code %d", exit.ExitCode())
+			if m.shape == Command && stderr.last != "" {
+				msg = stderr.last
+			} else if stderr.panic != "" {
+				msg += ": " + stderr.panic
+			} else if stderr.last != "" {
+				msg += ": " + stderr.last
+			}
+			return &Failure{Kind: FailExit, Message: msg}
+		}
+		msg := err.Error()
+		if i := strings.IndexByte(msg, '\n'); i >= 0 {
+			msg = msg[:i]
+		}
+		return failf(FailTrap, "Bot trapped in %s: %s", what, msg)
+	}
+
+	inst, err := r.wz.InstantiateModule(ctx, m.compiled, cfg)
+	if err != nil {
+		return classify(err, "instantiation")
+	}
+	defer inst.Close(context.Background())
+
+	var out []byte
+	if m.shape == Command {
+		if _, err := inst.ExportedFunction("_start").Call(ctx); err != nil {
+			var exit *sys.ExitError
+			if !errors.As(err, &exit) || exit.ExitCode() != 0 || context.Cause(ctx) != nil {
+				return classify(err, "_start")
+			}
+		}
+		stderr.flush()
+		if context.Cause(ctx) != nil {
+			return classify(nil, "_start")
+		}
+		out = stdout.buf.Bytes()
+	} else {
+		if m.initialize {
+			if _, err := inst.ExportedFunction("_initialize").Call(ctx); err != nil {
+				return classify(err, "_initialize")
+			}
+		}
+		n := uint64(len(ex.Event))
+		ret, err := inst.ExportedFunction("sandbot_alloc").Call(ctx, n)
+		if err != nil {
+			return classify(err, "sandbot_alloc")
+		}
+		ptr := uint32(ret[0])
+		if ptr == 0 && n > 0 {
+			if _, refused := mem.stats(); refused {
+				return classify(nil, "sandbot_alloc")
+			}
+			return failf(FailTrap, "Bot's sandbot_alloc(%d) returned 0", n)
+		}
+		if !inst.Memory().Write(ptr, ex.Event) {
+			return failf(FailTrap, "Bot's sandbot_alloc(%d) returned a pointer out of bounds", n)
+		}
+		ret, err = inst.ExportedFunction("sandbot_handle").Call(ctx, uint64(ptr), n)
+		if err != nil {
+			return classify(err, "sandbot_handle")
+		}
+		outPtr, outLen := uint32(ret[0]>>32), uint32(ret[0])
+		if uint64(outLen) > uint64(lim.OutputBytes) {
+			return failf(FailOutput, "Bot output exceeded the limit of %d bytes", lim.OutputBytes)
+		}
+		b, ok := inst.Memory().Read(outPtr, outLen)
+		if !ok {
+			return failf(FailEnvelope, "Bot returned a result envelope out of bounds of its memory")
+		}
+		out = b // parseEnvelope copies what it keeps
+	}
+	env, err := parseEnvelope(out)
+	if err != nil {
+		return err
+	}
+	res.Envelope = env
+	return nil
+}
+
+// timeNow recovers the start of an execution from its deadline-bearing
+// context for the rare case where the caller's deadline, not the bot's
+// timeout, stopped it.
+func timeNow(ctx context.Context) time.Time {
+	if d, ok := ctx.Deadline(); ok {
+		return d
+	}
+	return time.Now()
+}
+
+func parseEnvelope(b []byte) (Envelope, error) {
+	b = bytes.TrimSpace(b)
+	if len(b) == 0 || b[0] != '{' {
+		return Envelope{}, failf(FailEnvelope, "Bot result envelope is not a JSON object")
+	}
+	var raw struct {
+		Result      json.RawMessage `json:"result"`
+		Error       json.RawMessage `json:"error"`
+		Status      *json.Number    `json:"status"`
+		ContentType *string         `json:"contentType"`
+	}
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.UseNumber()
+	if err := dec.Decode(&raw); err != nil {
+		return Envelope{}, failf(FailEnvelope, "Bot result envelope is not valid JSON: %v", err)
+	}
+	if dec.More() {
+		return Envelope{}, failf(FailEnvelope, "Bot result envelope has data after the JSON object")
+	}
+	if !json.Valid(b) {
+		return Envelope{}, failf(FailEnvelope, "Bot result envelope is not valid JSON")
+	}
+	env := Envelope{Result: nullToNil(raw.Result), Error: nullToNil(raw.Error)}
+	if env.Error != nil && env.Error[0] != '"' && env.Error[0] != '{' {
+		return Envelope{}, failf(FailEnvelope, "Bot result envelope: error must be a string or an OperationOutcome")
+	}
+	if raw.Status != nil {
+		s, err := raw.Status.Int64()
+		if err != nil || s < 200 || s > 499 {
+			return Envelope{}, failf(FailEnvelope, "Bot result envelope: status %s is not an integer from 200 to 499", raw.Status.String())
+		}
+		env.Status = int(s)
+	}
+	if raw.ContentType != nil {
+		env.ContentType = *raw.ContentType
+	}
+	return env, nil
+}
+
+func nullToNil(m json.RawMessage) json.RawMessage {
+	if len(m) == 0 || string(m) == "null" {
+		return nil
+	}
+	return m
+}
+
+var _ api.Module // api is used by host.go; keep the import set stable

@@ -1,0 +1,198 @@
+package runtime
+
+import (
+	"bytes"
+	"context"
+	"sync"
+
+	"github.com/tetratelabs/wazero"
+	"github.com/tetratelabs/wazero/api"
+)
+
+// execState is the per-execution state the host functions reach through the
+// call's context.
+type execState struct {
+	fhir func(ctx context.Context, request []byte) []byte
+	logs *logBuffer
+}
+
+type stateKey struct{}
+
+func stateFrom(ctx context.Context) *execState {
+	st, _ := ctx.Value(stateKey{}).(*execState)
+	return st
+}
+
+// fhirNotImplemented answers the fhir import when the host gave no handler.
+var fhirNotImplemented = []byte(`{"status":501,"body":{"resourceType":"OperationOutcome","issue":[{"severity":"error","code":"not-supported","details":{"text":"FHIR access is not available to this execution"}}]}}`)
+
+func instantiateHost(ctx context.Context, wz wazero.Runtime) error {
+	i32, i64 := api.ValueTypeI32, api.ValueTypeI64
+	_, err := wz.NewHostModuleBuilder("sandbot").
+		NewFunctionBuilder().
+		WithGoModuleFunction(api.GoModuleFunc(hostLog), []api.ValueType{i32, i32, i32}, nil).
+		WithParameterNames("level", "ptr", "len").
+		Export("log").
+		NewFunctionBuilder().
+		WithGoModuleFunction(api.GoModuleFunc(hostFHIR), []api.ValueType{i32, i32}, []api.ValueType{i64}).
+		WithParameterNames("ptr", "len").
+		WithResultNames("response").
+		Export("fhir").
+		Instantiate(ctx)
+	return err
+}
+
+// hostError becomes a trap in the guest.
+type hostError string
+
+func (e hostError) Error() string { return string(e) }
+
+func hostLog(ctx context.Context, mod api.Module, stack []uint64) {
+	level, ptr, n := int32(stack[0]), uint32(stack[1]), uint32(stack[2])
+	b, ok := mod.Memory().Read(ptr, n)
+	if !ok {
+		panic(hostError("sandbot.log: message out of bounds of memory"))
+	}
+	if st := stateFrom(ctx); st != nil {
+		st.logs.add(int(min(max(level, 0), 3)), b)
+	}
+}
+
+func hostFHIR(ctx context.Context, mod api.Module, stack []uint64) {
+	ptr, n := uint32(stack[0]), uint32(stack[1])
+	req, ok := mod.Memory().Read(ptr, n)
+	if !ok {
+		panic(hostError("sandbot.fhir: request out of bounds of memory"))
+	}
+	req = bytes.Clone(req) // the guest's memory may move when it grows
+	resp := fhirNotImplemented
+	if st := stateFrom(ctx); st != nil && st.fhir != nil {
+		resp = st.fhir(ctx, req)
+	}
+	alloc := mod.ExportedFunction("sandbot_alloc")
+	if alloc == nil {
+		panic(hostError("sandbot.fhir: module does not export sandbot_alloc"))
+	}
+	res, err := alloc.Call(ctx, uint64(len(resp)))
+	if err != nil {
+		panic(err) // a trap, exit or timeout inside sandbot_alloc
+	}
+	out := uint32(res[0])
+	if out == 0 {
+		stack[0] = 0
+		return
+	}
+	if !mod.Memory().Write(out, resp) {
+		panic(hostError("sandbot.fhir: sandbot_alloc returned memory out of bounds"))
+	}
+	stack[0] = uint64(out)<<32 | uint64(len(resp))
+}
+
+// LogLine is one line a bot logged. Level is 0 debug, 1 info, 2 warn,
+// 3 error.
+type LogLine struct {
+	Level int    `json:"level"`
+	Text  string `json:"text"`
+}
+
+// logBuffer keeps the last max bytes of an execution's log.
+type logBuffer struct {
+	mu        sync.Mutex
+	max       int
+	size      int
+	lines     []LogLine
+	truncated bool
+}
+
+func (l *logBuffer) add(level int, text []byte) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if len(text) > l.max {
+		text = text[len(text)-l.max:]
+		l.truncated = true
+	}
+	l.lines = append(l.lines, LogLine{Level: level, Text: string(text)})
+	l.size += len(text)
+	drop := 0
+	for l.size > l.max {
+		l.size -= len(l.lines[drop].Text)
+		drop++
+	}
+	if drop > 0 {
+		l.truncated = true
+		l.lines = append(l.lines[:0], l.lines[drop:]...)
+	}
+}
+
+func (l *logBuffer) result() ([]LogLine, bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return append([]LogLine(nil), l.lines...), l.truncated
+}
+
+// lineWriter turns a WASI output stream into log lines.
+type lineWriter struct {
+	logs    *logBuffer
+	level   int
+	partial []byte
+	last    string // last non-empty line, for a command's failure message
+	panic   string // first Go "panic: " or "fatal error: " line
+}
+
+func (w *lineWriter) Write(p []byte) (int, error) {
+	n := len(p)
+	for len(p) > 0 {
+		i := bytes.IndexByte(p, '\n')
+		if i < 0 {
+			// Bound a line without newline to what the log can keep.
+			w.partial = append(w.partial, p...)
+			if len(w.partial) > 2*w.logs.max {
+				w.partial = append(w.partial[:0], w.partial[len(w.partial)-w.logs.max:]...)
+			}
+			break
+		}
+		w.emit(append(w.partial, p[:i]...))
+		w.partial = w.partial[:0]
+		p = p[i+1:]
+	}
+	return n, nil
+}
+
+func (w *lineWriter) emit(line []byte) {
+	line = bytes.TrimSuffix(line, []byte("\r"))
+	if len(bytes.TrimSpace(line)) > 0 {
+		w.last = string(line)
+		if w.panic == "" && (bytes.HasPrefix(line, []byte("panic: ")) || bytes.HasPrefix(line, []byte("fatal error: "))) {
+			w.panic = string(line)
+		}
+	}
+	w.logs.add(w.level, line)
+}
+
+func (w *lineWriter) flush() {
+	if len(w.partial) > 0 {
+		w.emit(w.partial)
+		w.partial = nil
+	}
+}
+
+// limitedBuffer collects a command's stdout up to max bytes; past that it
+// calls over once and drops the rest.
+type limitedBuffer struct {
+	buf  bytes.Buffer
+	max  int
+	over func()
+	hit  bool
+}
+
+func (b *limitedBuffer) Write(p []byte) (int, error) {
+	if b.hit {
+		return len(p), nil
+	}
+	if b.buf.Len()+len(p) > b.max {
+		b.hit = true
+		b.over()
+		return len(p), nil
+	}
+	return b.buf.Write(p)
+}

@@ -1,0 +1,78 @@
+package runtime
+
+import (
+	"errors"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+type metrics struct {
+	executions      *prometheus.CounterVec
+	duration        prometheus.Histogram
+	inFlight        prometheus.Gauge
+	compileDuration prometheus.Histogram
+	cacheHits       prometheus.Counter
+	cacheMisses     prometheus.Counter
+	guestMemory     prometheus.Histogram
+}
+
+func newMetrics(reg prometheus.Registerer) *metrics {
+	m := &metrics{
+		executions: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sandbot_bot_executions_total",
+			Help: "Bot executions by outcome: success, or the failure kind (timeout, memory, output, trap, exit, envelope, canceled).",
+		}, []string{"outcome"}),
+		duration: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "sandbot_bot_execution_duration_seconds",
+			Help:    "Wall time of bot executions, instantiation included.",
+			Buckets: []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 300, 900},
+		}),
+		inFlight: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "sandbot_bot_executions_in_flight",
+			Help: "Bot executions currently running.",
+		}),
+		compileDuration: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "sandbot_bot_compile_duration_seconds",
+			Help:    "Time to validate and compile a bot module (or load it from the on-disk cache).",
+			Buckets: []float64{.001, .005, .01, .05, .1, .25, .5, 1, 2.5, 5, 10, 30},
+		}),
+		cacheHits: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "sandbot_bot_module_cache_hits_total",
+			Help: "Compile calls answered by an already compiled module.",
+		}),
+		cacheMisses: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "sandbot_bot_module_cache_misses_total",
+			Help: "Compile calls that had to validate and compile the module.",
+		}),
+		guestMemory: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "sandbot_bot_guest_memory_bytes",
+			Help:    "Size of the bot's linear memory when its execution ended.",
+			Buckets: prometheus.ExponentialBuckets(64<<10, 2, 12), // 64 KiB .. 128 MiB
+		}),
+	}
+	if reg != nil {
+		m.executions = register(reg, m.executions)
+		m.duration = register(reg, m.duration)
+		m.inFlight = register(reg, m.inFlight)
+		m.compileDuration = register(reg, m.compileDuration)
+		m.cacheHits = register(reg, m.cacheHits)
+		m.cacheMisses = register(reg, m.cacheMisses)
+		m.guestMemory = register(reg, m.guestMemory)
+	}
+	return m
+}
+
+// register registers c, or returns the collector already registered under
+// the same description (a second Runtime on the same registry shares them).
+func register[C prometheus.Collector](reg prometheus.Registerer, c C) C {
+	if err := reg.Register(c); err != nil {
+		var are prometheus.AlreadyRegisteredError
+		if errors.As(err, &are) {
+			if existing, ok := are.ExistingCollector.(C); ok {
+				return existing
+			}
+		}
+		panic(err)
+	}
+	return c
+}

@@ -1,0 +1,396 @@
+package runtime
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/tetratelabs/wazero"
+	"github.com/tetratelabs/wazero/api"
+	"github.com/tetratelabs/wazero/imports/wasi_snapshot_preview1"
+	"golang.org/x/sync/singleflight"
+)
+
+// Default limits (DECISIONS.md item 14).
+const (
+	DefaultMaxModuleBytes = 32 << 20
+	DefaultMemoryBytes    = 64 << 20
+	DefaultTimeout        = 10 * time.Second
+	MaxTimeout            = 900 * time.Second
+	DefaultOutputBytes    = 8 << 20
+	DefaultLogBytes       = 10 << 10
+)
+
+// Config configures a Runtime. The zero value is usable.
+type Config struct {
+	// CacheDir is wazero's on-disk compilation cache directory; "" keeps
+	// compiled code in memory only.
+	CacheDir string
+	// MaxModuleBytes is the largest module Compile accepts (default 32 MiB).
+	MaxModuleBytes int
+	// MemoryLimitBytes is the largest linear memory any execution may have
+	// (default 64 MiB); modules declaring a larger maximum are rejected.
+	MemoryLimitBytes uint64
+	// Registerer receives the runtime's metrics; nil registers none.
+	Registerer prometheus.Registerer
+	// Logger receives compile and failure diagnostics; nil discards them.
+	Logger *slog.Logger
+
+	noPool bool // tests and benchmarks: plain Go memory instead of the pool
+}
+
+// Runtime compiles and executes bots. It is safe for concurrent use.
+type Runtime struct {
+	cfg     Config
+	wz      wazero.Runtime
+	cache   wazero.CompilationCache
+	wasi    map[string]api.FunctionDefinition
+	pool    *memPool
+	metrics *metrics
+	log     *slog.Logger
+
+	mu      sync.RWMutex
+	modules map[string]*Module
+	group   singleflight.Group
+}
+
+// New creates a Runtime: one wazero runtime using the optimizing compiler,
+// with WASI and the sandbot host module instantiated once.
+func New(ctx context.Context, cfg Config) (*Runtime, error) {
+	if cfg.MaxModuleBytes <= 0 {
+		cfg.MaxModuleBytes = DefaultMaxModuleBytes
+	}
+	if cfg.MemoryLimitBytes == 0 {
+		cfg.MemoryLimitBytes = DefaultMemoryBytes
+	}
+	const page = 64 << 10
+	cfg.MemoryLimitBytes = min(cfg.MemoryLimitBytes-cfg.MemoryLimitBytes%page, 4<<30-page)
+	if cfg.MemoryLimitBytes < page {
+		return nil, errors.New("runtime: MemoryLimitBytes below one page")
+	}
+	logger := cfg.Logger
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	var cache wazero.CompilationCache
+	if cfg.CacheDir != "" {
+		c, err := wazero.NewCompilationCacheWithDir(cfg.CacheDir)
+		if err != nil {
+			return nil, fmt.Errorf("runtime: compilation cache: %w", err)
+		}
+		cache = c
+	} else {
+		cache = wazero.NewCompilationCache()
+	}
+	rc := wazero.NewRuntimeConfigCompiler().
+		WithCloseOnContextDone(true).
+		// One page over the limit: wazero's own check is the backstop, and
+		// every grow past the limit reaches the allocator, which refuses it
+		// and so knows that the failure that follows is a memory failure.
+		WithMemoryLimitPages(uint32(cfg.MemoryLimitBytes/page) + 1).
+		WithCompilationCache(cache)
+	wz := wazero.NewRuntimeWithConfig(ctx, rc)
+	r := &Runtime{
+		cfg:     cfg,
+		wz:      wz,
+		cache:   cache,
+		pool:    newMemPool(cfg.MemoryLimitBytes, 16),
+		metrics: newMetrics(cfg.Registerer),
+		log:     logger,
+		modules: map[string]*Module{},
+	}
+	if _, err := wasi_snapshot_preview1.Instantiate(ctx, wz); err != nil {
+		_ = wz.Close(ctx)
+		return nil, fmt.Errorf("runtime: WASI: %w", err)
+	}
+	r.wasi = wz.Module(wasi_snapshot_preview1.ModuleName).ExportedFunctionDefinitions()
+	if err := instantiateHost(ctx, wz); err != nil {
+		_ = wz.Close(ctx)
+		return nil, fmt.Errorf("runtime: host module: %w", err)
+	}
+	return r, nil
+}
+
+// Close releases the wazero runtime, every compiled module and the memory
+// pool. Executions still running are stopped.
+func (r *Runtime) Close(ctx context.Context) error {
+	err := r.wz.Close(ctx)
+	if e := r.cache.Close(ctx); err == nil {
+		err = e
+	}
+	r.pool.close()
+	return err
+}
+
+// Shape is how a module receives its event.
+type Shape int
+
+const (
+	// Reactor modules export sandbot_alloc and sandbot_handle.
+	Reactor Shape = iota
+	// Command modules are WASI commands: event on stdin, envelope on stdout.
+	Command
+)
+
+func (s Shape) String() string {
+	if s == Command {
+		return "command"
+	}
+	return "reactor"
+}
+
+// Module is a validated, compiled bot module.
+type Module struct {
+	hash       string
+	shape      Shape
+	initialize bool
+	minMemory  uint64 // bytes
+	size       int
+	compiled   wazero.CompiledModule
+}
+
+// Hash is the hex SHA-256 of the module's bytes, its identity in the cache.
+func (m *Module) Hash() string { return m.hash }
+
+// Shape reports whether the module is a reactor or a WASI command.
+func (m *Module) Shape() Shape { return m.shape }
+
+// ModuleError is a module rejected by Compile: malformed, too large, or not
+// following the ABI. Its message names the reason.
+type ModuleError struct{ Reason string }
+
+func (e *ModuleError) Error() string { return e.Reason }
+
+func moduleErrorf(format string, args ...any) error {
+	return &ModuleError{Reason: fmt.Sprintf(format, args...)}
+}
+
+// HashBytes returns the cache key of a module's bytes, as Module.Hash.
+func HashBytes(wasm []byte) string {
+	sum := sha256.Sum256(wasm)
+	return hex.EncodeToString(sum[:])
+}
+
+// Lookup returns the compiled module with the given hash, if Compile has
+// produced it in this process.
+func (r *Runtime) Lookup(hash string) (*Module, bool) {
+	r.mu.RLock()
+	m, ok := r.modules[hash]
+	r.mu.RUnlock()
+	return m, ok
+}
+
+// Compile validates wasm against the ABI and compiles it, once per distinct
+// content: later calls with the same bytes return the same *Module, and
+// concurrent calls share one compilation. A rejected module is a
+// *ModuleError.
+func (r *Runtime) Compile(ctx context.Context, wasm []byte) (*Module, error) {
+	if len(wasm) > r.cfg.MaxModuleBytes {
+		return nil, moduleErrorf("module is %d bytes, over the limit of %d bytes", len(wasm), r.cfg.MaxModuleBytes)
+	}
+	hash := HashBytes(wasm)
+	if m, ok := r.Lookup(hash); ok {
+		r.metrics.cacheHits.Inc()
+		return m, nil
+	}
+	ran := false // set only if this caller's function ran
+	ch := r.group.DoChan(hash, func() (any, error) {
+		ran = true
+		if m, ok := r.Lookup(hash); ok {
+			r.metrics.cacheHits.Inc()
+			return m, nil
+		}
+		// Not bound to one caller's cancellation: others may be waiting.
+		m, err := r.compile(context.WithoutCancel(ctx), hash, wasm)
+		if err != nil {
+			return nil, err
+		}
+		r.mu.Lock()
+		r.modules[hash] = m
+		r.mu.Unlock()
+		return m, nil
+	})
+	select {
+	case res := <-ch:
+		if res.Err != nil {
+			return nil, res.Err
+		}
+		if !ran {
+			r.metrics.cacheHits.Inc()
+		}
+		return res.Val.(*Module), nil
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+
+func (r *Runtime) compile(ctx context.Context, hash string, wasm []byte) (*Module, error) {
+	r.metrics.cacheMisses.Inc()
+	start := time.Now()
+	imports, prepared, err := prepareModule(wasm)
+	if err != nil {
+		return nil, moduleErrorf("invalid module: %v", err)
+	}
+	if err := r.checkImportNames(imports); err != nil {
+		return nil, err
+	}
+	cm, err := r.wz.CompileModule(ctx, prepared)
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil, err
+		}
+		return nil, moduleErrorf("invalid module: %v", err)
+	}
+	m, err := r.checkShape(cm)
+	if err != nil {
+		_ = cm.Close(ctx)
+		return nil, err
+	}
+	m.hash = hash
+	m.size = len(wasm)
+	d := time.Since(start)
+	r.metrics.compileDuration.Observe(d.Seconds())
+	r.log.Info("bot module compiled", "hash", hash, "bytes", len(wasm), "shape", m.shape.String(), "duration", d)
+	return m, nil
+}
+
+var hostSignatures = map[string]struct{ params, results []api.ValueType }{
+	"log":  {[]api.ValueType{api.ValueTypeI32, api.ValueTypeI32, api.ValueTypeI32}, nil},
+	"fhir": {[]api.ValueType{api.ValueTypeI32, api.ValueTypeI32}, []api.ValueType{api.ValueTypeI64}},
+}
+
+func (r *Runtime) checkImportNames(imports []wasmImport) error {
+	for _, imp := range imports {
+		switch {
+		case imp.kind != 0:
+			return moduleErrorf("import %q.%q is a %s; only functions from sandbot and wasi_snapshot_preview1 may be imported", imp.module, imp.name, imp.kindName())
+		case imp.module == "sandbot":
+			if _, ok := hostSignatures[imp.name]; !ok {
+				return moduleErrorf("import %q.%q is not provided (sandbot provides log and fhir)", imp.module, imp.name)
+			}
+		case imp.module == wasi_snapshot_preview1.ModuleName:
+			if _, ok := r.wasi[imp.name]; !ok {
+				return moduleErrorf("import %q.%q is not a WASI preview 1 function", imp.module, imp.name)
+			}
+		default:
+			return moduleErrorf("import %q.%q is not allowed; a bot may import only sandbot.log, sandbot.fhir and wasi_snapshot_preview1", imp.module, imp.name)
+		}
+	}
+	return nil
+}
+
+func sameTypes(a, b []api.ValueType) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}
+
+func signature(params, results []api.ValueType) string {
+	s := "("
+	for i, p := range params {
+		if i > 0 {
+			s += ", "
+		}
+		s += api.ValueTypeName(p)
+	}
+	s += ") -> ("
+	for i, p := range results {
+		if i > 0 {
+			s += ", "
+		}
+		s += api.ValueTypeName(p)
+	}
+	return s + ")"
+}
+
+func (r *Runtime) checkShape(cm wazero.CompiledModule) (*Module, error) {
+	for _, f := range cm.ImportedFunctions() {
+		mod, name, _ := f.Import()
+		var want struct{ params, results []api.ValueType }
+		if mod == "sandbot" {
+			want = hostSignatures[name]
+		} else {
+			d := r.wasi[name]
+			want.params, want.results = d.ParamTypes(), d.ResultTypes()
+		}
+		if !sameTypes(f.ParamTypes(), want.params) || !sameTypes(f.ResultTypes(), want.results) {
+			return nil, moduleErrorf("import %q.%q has signature %s, want %s", mod, name,
+				signature(f.ParamTypes(), f.ResultTypes()), signature(want.params, want.results))
+		}
+	}
+	if len(cm.ImportedMemories()) > 0 {
+		return nil, moduleErrorf("a bot may not import memory")
+	}
+	mems := cm.ExportedMemories()
+	mem, ok := mems["memory"]
+	if !ok {
+		return nil, moduleErrorf("module does not export its memory as %q", "memory")
+	}
+	m := &Module{compiled: cm, minMemory: uint64(mem.Min()) << 16}
+	if max, ok := mem.Max(); ok && uint64(max)<<16 > r.cfg.MemoryLimitBytes {
+		return nil, moduleErrorf("memory maximum %d bytes is over the limit of %d bytes", uint64(max)<<16, r.cfg.MemoryLimitBytes)
+	}
+
+	fns := cm.ExportedFunctions()
+	for _, f := range cm.ImportedFunctions() {
+		if mod, name, _ := f.Import(); mod == "sandbot" && name == "fhir" {
+			if _, ok := fns["sandbot_alloc"]; !ok {
+				return nil, moduleErrorf("module imports sandbot.fhir but does not export sandbot_alloc")
+			}
+		}
+	}
+	check := func(name string, params, results []api.ValueType) error {
+		f := fns[name]
+		if !sameTypes(f.ParamTypes(), params) || !sameTypes(f.ResultTypes(), results) {
+			return moduleErrorf("export %q has signature %s, want %s", name,
+				signature(f.ParamTypes(), f.ResultTypes()), signature(params, results))
+		}
+		return nil
+	}
+	i32, i64 := api.ValueTypeI32, api.ValueTypeI64
+	_, hasStart := fns["_start"]
+	_, hasInit := fns["_initialize"]
+	// A module exporting _start and no _initialize is a command even if it
+	// also exports sandbot_handle: Go's toolchain exports both when a bot
+	// built as a command links the SDK, and calling sandbot_handle before
+	// _start would find the Go runtime uninitialised.
+	if _, ok := fns["sandbot_handle"]; ok && (hasInit || !hasStart) {
+		m.shape = Reactor
+		if _, ok := fns["sandbot_alloc"]; !ok {
+			return nil, moduleErrorf("module exports sandbot_handle but not sandbot_alloc")
+		}
+		if err := check("sandbot_handle", []api.ValueType{i32, i32}, []api.ValueType{i64}); err != nil {
+			return nil, err
+		}
+		if err := check("sandbot_alloc", []api.ValueType{i32}, []api.ValueType{i32}); err != nil {
+			return nil, err
+		}
+		if hasInit {
+			if err := check("_initialize", nil, nil); err != nil {
+				return nil, err
+			}
+			m.initialize = true
+		}
+		return m, nil
+	}
+	if hasStart {
+		m.shape = Command
+		if err := check("_start", nil, nil); err != nil {
+			return nil, err
+		}
+		return m, nil
+	}
+	return nil, moduleErrorf("module exports neither sandbot_handle (reactor) nor _start (WASI command)")
+}

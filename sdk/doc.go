@@ -1,0 +1,43 @@
+// Package sdk is the Go SDK for sandbot bots: functions compiled to
+// WebAssembly (GOOS=wasip1 GOARCH=wasm) and run by the sandbot server, one
+// request at a time, in a fresh sandbox. It implements the bot ABI
+// (ABI.md, version 1) so that a bot is only a handler:
+//
+//	package main
+//
+//	import "github.com/sandbot/sandbot/sdk"
+//
+//	func main() {}
+//
+//	func init() {
+//		sdk.Handle(func(ctx sdk.Context, e sdk.Event) (any, error) {
+//			var in struct{ Name string `json:"name"` }
+//			if err := e.JSON(&in); err != nil {
+//				return nil, err
+//			}
+//			return map[string]string{"greeting": "Hello, " + in.Name}, nil
+//		})
+//	}
+//
+// built as a reactor module:
+//
+//	GOOS=wasip1 GOARCH=wasm go build -buildmode=c-shared -o bot.wasm .
+//
+// In a c-shared build main is never called, so the handler is registered in
+// init. Alternatively call sdk.Handle from main and build without
+// -buildmode=c-shared: the module is then a WASI command that reads the
+// event on stdin and writes the envelope on stdout (slower: the Go runtime
+// starts and exits around every request in both shapes, but a command also
+// cannot be recognised as a reactor).
+//
+// The handler's return value becomes the result envelope: a value is
+// {"result": value}; a [Response] also sets the HTTP status and content
+// type; an error is {"error": message} (an [*Error] may carry a status and
+// an OperationOutcome). [Event] has typed accessors for the input (Text,
+// JSON, Form, Resource, HL7). [Log] and [Logf] write to the execution's log;
+// [Context.FHIR] calls the server's FHIR API as the bot.
+//
+// Outside wasip1 (for unit tests on the host) the package builds too:
+// [Invoke] runs the registered handler on an event, Log writes to stderr and
+// FHIR calls go to [SetFHIRTransport] (default: status 501).
+package sdk
