@@ -422,12 +422,11 @@ func (h *Handler) botInput(r *http.Request, query url.Values, byIdentifier bool)
 		}
 		return mt, compactJSON(body), nil
 	case httpx.IsJSON(mt):
-		res, err := fhir.ParseResource(body)
-		if err != nil {
+		// The resource is checked, then handed over as sent.
+		if _, err := fhir.ParseResource(body); err != nil {
 			return "", nil, err
 		}
-		in, err := res.Marshal()
-		return mt, in, err
+		return mt, compactJSON(body), nil
 	case mt == "" && len(bytes.TrimSpace(body)) == 0:
 		return "", json.RawMessage(`{}`), nil
 	}

@@ -50,7 +50,7 @@ func TestBotDeployAndExecute(t *testing.T) {
 		}{
 			{"text", "POST", "Bot/" + id + "/$execute", "hello", "text/plain", 200, "text/plain; charset=utf-8", "hello"},
 			{"json", "POST", "Bot/" + id + "/$execute", `{"a":1}`, "application/json", 200, "application/json; charset=utf-8", `{"a":1}`},
-			{"fhir", "POST", "Bot/" + id + "/$execute", `{"resourceType":"Patient","id":"p"}`, "application/fhir+json", 200, "application/json; charset=utf-8", `{"id":"p","resourceType":"Patient"}`},
+			{"fhir", "POST", "Bot/" + id + "/$execute", `{"resourceType":"Patient","id":"p"}`, "application/fhir+json", 200, "application/json; charset=utf-8", `{"resourceType":"Patient","id":"p"}`},
 			{"form", "POST", "Bot/" + id + "/%24execute", "a=1&b=2&b=3", "application/x-www-form-urlencoded", 200, "application/json; charset=utf-8", `{"a":"1","b":["2","3"]}`},
 			{"hl7", "POST", "Bot/" + id + "/$execute", adtA01, "x-application/hl7-v2+er7", 200, "x-application/hl7-v2+er7; charset=utf-8", adtA01},
 			{"get", "GET", "Bot/" + id + "/$execute?x=1", "", "", 200, "application/json; charset=utf-8", `{"x":"1"}`},

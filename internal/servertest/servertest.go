@@ -178,6 +178,12 @@ func (r *Response) Issue() string {
 // as JSON; contentType defaults to application/fhir+json when there is a body.
 func (c *Client) Do(method, path string, body any, contentType string) *Response {
 	c.t.Helper()
+	return c.DoWith(method, path, body, contentType, nil)
+}
+
+// DoWith is Do with extra request headers.
+func (c *Client) DoWith(method, path string, body any, contentType string, headers map[string]string) *Response {
+	c.t.Helper()
 	var rd io.Reader
 	switch b := body.(type) {
 	case nil:
@@ -204,6 +210,9 @@ func (c *Client) Do(method, path string, body any, contentType string) *Response
 	}
 	if c.Token != "" {
 		req.Header.Set("Authorization", "Bearer "+c.Token)
+	}
+	for k, v := range headers {
+		req.Header.Set(k, v)
 	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
