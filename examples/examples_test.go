@@ -24,7 +24,16 @@ var (
 func testRuntime(t *testing.T) *runtime.Runtime {
 	t.Helper()
 	rtOnce.Do(func() {
-		rt, rtErr = runtime.New(context.Background(), runtime.Config{})
+		// A compilation cache shared by test runs: the Go examples are
+		// compiled by the optimizing compiler once, not on every run.
+		cfg := runtime.Config{}
+		if dir, err := os.UserCacheDir(); err == nil {
+			dir = filepath.Join(dir, "sandbot", "wazero-test-cache")
+			if os.MkdirAll(dir, 0o755) == nil {
+				cfg.CacheDir = dir
+			}
+		}
+		rt, rtErr = runtime.New(context.Background(), cfg)
 	})
 	if rtErr != nil {
 		t.Fatal(rtErr)
@@ -262,4 +271,34 @@ func TestBuildWithoutServerDependencies(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+}
+
+func benchmarkExample(b *testing.B, name string, ev []byte) {
+	wasm, err := os.ReadFile(filepath.Join(name, name+".wasm"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	r, err := runtime.New(context.Background(), runtime.Config{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer r.Close(context.Background())
+	m, err := r.Compile(context.Background(), wasm)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := r.Execute(context.Background(), m, runtime.Execution{Event: ev}); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+func BenchmarkCEcho(b *testing.B) {
+	benchmarkExample(b, "c-echo", event("application/json", map[string]string{"hello": "world"}))
+}
+
+func BenchmarkHello(b *testing.B) {
+	benchmarkExample(b, "hello", event("application/json", map[string]string{"name": "Ada"}))
 }

@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/tetratelabs/wazero"
-	"github.com/tetratelabs/wazero/api"
 	"github.com/tetratelabs/wazero/experimental"
 	"github.com/tetratelabs/wazero/sys"
 )
@@ -111,6 +110,9 @@ var (
 // other error (the caller's context canceled, a host problem) is returned
 // as is.
 func (r *Runtime) Execute(ctx context.Context, m *Module, ex Execution) (*Result, error) {
+	if m == nil || m.compiled == nil {
+		return nil, errors.New("runtime: Execute with a nil module")
+	}
 	lim := r.limits(ex.Limits)
 	start := time.Now()
 	r.metrics.inFlight.Inc()
@@ -122,7 +124,7 @@ func (r *Runtime) Execute(ctx context.Context, m *Module, ex Execution) (*Result
 		mem.pool = r.pool
 	}
 	logs := &logBuffer{max: lim.LogBytes}
-	err := r.run(ctx, m, ex, lim, mem, logs, res)
+	err := r.run(ctx, m, ex, lim, mem, logs, res, start)
 
 	mem.Free() // in case wazero did not (idempotent)
 	used, _ := mem.stats()
@@ -145,7 +147,7 @@ func (r *Runtime) Execute(ctx context.Context, m *Module, ex Execution) (*Result
 	return res, err
 }
 
-func (r *Runtime) run(parent context.Context, m *Module, ex Execution, lim Limits, mem *guestMemory, logs *logBuffer, res *Result) error {
+func (r *Runtime) run(parent context.Context, m *Module, ex Execution, lim Limits, mem *guestMemory, logs *logBuffer, res *Result, start time.Time) error {
 	if m.minMemory > lim.MemoryBytes {
 		return failf(FailMemory, "Bot needs %d bytes of memory, over the limit of %d bytes", m.minMemory, lim.MemoryBytes)
 	}
@@ -166,12 +168,15 @@ func (r *Runtime) run(parent context.Context, m *Module, ex Execution, lim Limit
 		WithRandSource(rand.Reader).
 		WithStderr(stderr)
 	var stdout *limitedBuffer
+	stdoutLog := &lineWriter{logs: logs, level: 1} // a reactor's stdout is log
 	if m.shape == Command {
 		stdout = &limitedBuffer{max: lim.OutputBytes, over: func() { cancel(errOutput) }}
 		cfg = cfg.WithStdin(bytes.NewReader(ex.Event)).WithStdout(stdout)
 	} else {
-		cfg = cfg.WithStdout(&lineWriter{logs: logs, level: 1})
+		cfg = cfg.WithStdout(stdoutLog)
 	}
+	defer stdoutLog.flush()
+	defer stderr.flush()
 
 	// classify turns an error from wazero into the execution's error.
 	classify := func(err error, what string) error {
@@ -183,7 +188,7 @@ func (r *Runtime) run(parent context.Context, m *Module, ex Execution, lim Limit
 			case errors.Is(cause, errTimeout):
 				return failf(FailTimeout, "Bot execution timed out after %d ms", lim.Timeout.Milliseconds())
 			case errors.Is(cause, context.DeadlineExceeded):
-				return failf(FailTimeout, "Bot execution timed out after %d ms", time.Since(timeNow(ctx)).Milliseconds())
+				return failf(FailTimeout, "Bot execution timed out after %d ms", time.Since(start).Milliseconds())
 			default:
 				return fmt.Errorf("bot execution canceled: %w", cause)
 			}
@@ -203,7 +208,10 @@ func (r *Runtime) run(parent context.Context, m *Module, ex Execution, lim Limit
 			}
 			return &Failure{Kind: FailExit, Message: msg}
 		}
-		msg := err.Error()
+		msg := "unknown error"
+		if err != nil {
+			msg = err.Error()
+		}
 		if i := strings.IndexByte(msg, '\n'); i >= 0 {
 			msg = msg[:i]
 		}
@@ -229,6 +237,9 @@ func (r *Runtime) run(parent context.Context, m *Module, ex Execution, lim Limit
 			return classify(nil, "_start")
 		}
 		out = stdout.buf.Bytes()
+		if len(bytes.TrimSpace(out)) == 0 {
+			return failf(FailEnvelope, "Bot wrote no result envelope on stdout (a Go bot built as a command must call sdk.Handle from main, or be built with -buildmode=c-shared)")
+		}
 	} else {
 		if m.initialize {
 			if _, err := inst.ExportedFunction("_initialize").Call(ctx); err != nil {
@@ -270,16 +281,6 @@ func (r *Runtime) run(parent context.Context, m *Module, ex Execution, lim Limit
 	}
 	res.Envelope = env
 	return nil
-}
-
-// timeNow recovers the start of an execution from its deadline-bearing
-// context for the rare case where the caller's deadline, not the bot's
-// timeout, stopped it.
-func timeNow(ctx context.Context) time.Time {
-	if d, ok := ctx.Deadline(); ok {
-		return d
-	}
-	return time.Now()
 }
 
 func parseEnvelope(b []byte) (Envelope, error) {
@@ -327,5 +328,3 @@ func nullToNil(m json.RawMessage) json.RawMessage {
 	}
 	return m
 }
-
-var _ api.Module // api is used by host.go; keep the import set stable

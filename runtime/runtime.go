@@ -60,6 +60,9 @@ type Runtime struct {
 	group   singleflight.Group
 }
 
+// wasm32MaxPages is the largest memory a 32-bit module can address (4 GiB).
+const wasm32MaxPages = 65536
+
 // New creates a Runtime: one wazero runtime using the optimizing compiler,
 // with WASI and the sandbot host module instantiated once.
 func New(ctx context.Context, cfg Config) (*Runtime, error) {
@@ -90,10 +93,13 @@ func New(ctx context.Context, cfg Config) (*Runtime, error) {
 	}
 	rc := wazero.NewRuntimeConfigCompiler().
 		WithCloseOnContextDone(true).
-		// One page over the limit: wazero's own check is the backstop, and
-		// every grow past the limit reaches the allocator, which refuses it
-		// and so knows that the failure that follows is a memory failure.
-		WithMemoryLimitPages(uint32(cfg.MemoryLimitBytes/page) + 1).
+		// The engine allows the whole wasm32 space: the limit is enforced
+		// by the allocator (guestMemory), so that every grow past it, of any
+		// size, reaches the allocator, which refuses it and so knows that the
+		// failure that follows is a memory failure. A cap just above the
+		// limit let larger grows (a C malloc grows 16 pages at a time) be
+		// refused by wazero unseen, and the trap looked like any other.
+		WithMemoryLimitPages(wasm32MaxPages).
 		WithCompilationCache(cache)
 	wz := wazero.NewRuntimeWithConfig(ctx, rc)
 	r := &Runtime{
@@ -339,6 +345,9 @@ func (r *Runtime) checkShape(cm wazero.CompiledModule) (*Module, error) {
 		return nil, moduleErrorf("module does not export its memory as %q", "memory")
 	}
 	m := &Module{compiled: cm, minMemory: uint64(mem.Min()) << 16}
+	if m.minMemory > r.cfg.MemoryLimitBytes {
+		return nil, moduleErrorf("initial memory %d bytes is over the limit of %d bytes", m.minMemory, r.cfg.MemoryLimitBytes)
+	}
 	if max, ok := mem.Max(); ok && uint64(max)<<16 > r.cfg.MemoryLimitBytes {
 		return nil, moduleErrorf("memory maximum %d bytes is over the limit of %d bytes", uint64(max)<<16, r.cfg.MemoryLimitBytes)
 	}

@@ -29,17 +29,25 @@ var (
 func testRuntime(t testing.TB) *Runtime {
 	t.Helper()
 	sharedOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "sandbot-runtime-test-")
-		if err != nil {
-			sharedErr = err
-			return
-		}
-		shared, sharedErr = New(context.Background(), Config{CacheDir: dir, Registerer: sharedReg})
+		shared, sharedErr = New(context.Background(), Config{CacheDir: testCacheDir(), Registerer: sharedReg})
 	})
 	if sharedErr != nil {
 		t.Fatal(sharedErr)
 	}
 	return shared
+}
+
+// testCacheDir is a compilation cache shared by test runs (wazero keys it by
+// module, wazero version and CPU), so that the Go fixtures are compiled by
+// the optimizing compiler once, not on every run.
+func testCacheDir() string {
+	if dir, err := os.UserCacheDir(); err == nil {
+		dir = filepath.Join(dir, "sandbot", "wazero-test-cache")
+		if os.MkdirAll(dir, 0o755) == nil {
+			return dir
+		}
+	}
+	return ""
 }
 
 func fixture(t testing.TB, name string) []byte {
@@ -597,5 +605,52 @@ func TestMetrics(t *testing.T) {
 		if !names[n] {
 			t.Errorf("metric %s not registered", n)
 		}
+	}
+}
+
+func TestGoOutOfMemory(t *testing.T) {
+	r := testRuntime(t)
+	m := compileFixture(t, r, "gohello.wasm")
+	for _, limit := range []uint64{m.minMemory, m.minMemory + 64<<10, 4 << 20} {
+		res, err := r.Execute(context.Background(), m, Execution{Event: event(map[string]string{"name": "x"}), Limits: Limits{MemoryBytes: limit}})
+		if err == nil {
+			t.Logf("limit %d: enough (%d used)", limit, res.MemoryBytes)
+			continue
+		}
+		f := mustFail(t, res, err, FailMemory)
+		t.Logf("limit %d: %s (logs %d)", limit, f.Message, len(res.Logs))
+	}
+	res, err := r.Execute(context.Background(), m, Execution{Event: event(map[string]string{"name": "x"}), Limits: Limits{MemoryBytes: m.minMemory - 64<<10}})
+	mustFail(t, res, err, FailMemory)
+}
+
+// TestPooledMemoryZeroed dirties 12 MiB of a pooled memory (past the part
+// zeroed by clearing and into the part returned to the kernel), then checks
+// that the next executions, which reuse the buffer, see none of it.
+func TestPooledMemoryZeroed(t *testing.T) {
+	r, err := New(context.Background(), Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close(context.Background())
+	m := compileFixture(t, r, "bots.wasm")
+	for i := range 3 {
+		res, err := r.Execute(context.Background(), m, Execution{Event: event("scribble")})
+		if err != nil || string(res.Envelope.Result) != `"dirty"` {
+			t.Fatalf("scribble: %v %s", err, res.Envelope.Result)
+		}
+		if res.MemoryBytes < 12<<20 {
+			t.Fatalf("scribble used only %d bytes", res.MemoryBytes)
+		}
+		res, err = r.Execute(context.Background(), m, Execution{Event: event("peek")})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if string(res.Envelope.Result) != "0" {
+			t.Fatalf("round %d: %s bytes of the previous execution visible", i, res.Envelope.Result)
+		}
+	}
+	if n := len(r.pool.idle); n != 1 {
+		t.Fatalf("%d buffers idle, want 1 (reused)", n)
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/tetratelabs/wazero"
+	"github.com/tetratelabs/wazero/api"
 )
 
 func dataSection(segs ...dataSegment) []byte {
@@ -72,7 +73,7 @@ func TestMergeDataSameMemory(t *testing.T) {
 		}
 		for _, f := range cm.ImportedFunctions() {
 			if mod, name, _ := f.Import(); mod == "wasi_snapshot_preview1" {
-				b.NewFunctionBuilder().WithGoFunction(nil, f.ParamTypes(), f.ResultTypes()).Export(name)
+				b.NewFunctionBuilder().WithGoFunction(api.GoFunc(func(context.Context, []uint64) {}), f.ParamTypes(), f.ResultTypes()).Export(name)
 			}
 		}
 		if _, err := b.Instantiate(ctx); err != nil {

@@ -24,11 +24,14 @@
 //	GOOS=wasip1 GOARCH=wasm go build -buildmode=c-shared -o bot.wasm .
 //
 // In a c-shared build main is never called, so the handler is registered in
-// init. Alternatively call sdk.Handle from main and build without
-// -buildmode=c-shared: the module is then a WASI command that reads the
-// event on stdin and writes the envelope on stdout (slower: the Go runtime
-// starts and exits around every request in both shapes, but a command also
-// cannot be recognised as a reactor).
+// init. Alternatively write
+//
+//	func main() { sdk.Handle(handler) }
+//
+// and build without -buildmode=c-shared: the module is then a WASI command
+// (ABI.md, "Command"), and Handle, seeing itself called from main, reads the
+// event from stdin and writes the envelope to stdout. Both shapes start a
+// fresh Go runtime for every execution; the reactor is the recommended one.
 //
 // The handler's return value becomes the result envelope: a value is
 // {"result": value}; a [Response] also sets the HTTP status and content

@@ -14,6 +14,16 @@ type Response struct {
 	Body        any
 }
 
+// WithStatus returns body as a Response with the given status.
+func WithStatus(status int, body any) Response {
+	return Response{Status: status, Body: body}
+}
+
+// WithContentType returns body as a Response with the given content type.
+func WithContentType(contentType string, body any) Response {
+	return Response{ContentType: contentType, Body: body}
+}
+
 // Error is a handler error with an optional status (400..499; 0 = 400) and
 // an optional OperationOutcome (a map or struct) sent instead of Message.
 type Error struct {

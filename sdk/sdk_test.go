@@ -1,3 +1,5 @@
+//go:build !wasip1
+
 package sdk
 
 import (
@@ -27,6 +29,8 @@ func TestEnvelopes(t *testing.T) {
 		{json.RawMessage(`[1]`), nil, `{"result":[1]}`},
 		{Response{Status: 201, ContentType: "text/plain", Body: "made"}, nil, `{"result":"made","status":201,"contentType":"text/plain"}`},
 		{&Response{Body: 1}, nil, `{"result":1}`},
+		{WithStatus(202, "ok"), nil, `{"result":"ok","status":202}`},
+		{WithContentType("text/csv", "a,b"), nil, `{"result":"a,b","contentType":"text/csv"}`},
 		{nil, errors.New("boom"), `{"error":"boom"}`},
 		{nil, Errorf(404, "no %s", "thing"), `{"error":"no thing","status":404}`},
 		{nil, &Error{Outcome: Resource{"resourceType": "OperationOutcome"}}, `{"error":{"resourceType":"OperationOutcome"}}`},

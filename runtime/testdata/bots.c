@@ -74,6 +74,24 @@ EXPORT("sandbot_handle") uint64_t sandbot_handle(char *ptr, int32_t len) {
     out[10 + n] = '}';
     return ((uint64_t)(uintptr_t)out << 32) | (uint32_t)(n + 11);
   }
+  if (strstr(ev, "\"scribble\"")) { // dirty 12 MiB of heap and leave
+    for (int i = 0; i < 12; i++) {
+      char *p = malloc(1 << 20);
+      memset(p, 0xAB, 1 << 20);
+      *(void **)p = hoard;
+      hoard = p;
+    }
+    return answers("{\"result\":\"dirty\"}");
+  }
+  if (strstr(ev, "\"peek\"")) { // grow as far, then look for the pattern
+    hoard = malloc(12 << 20);
+    extern unsigned char __heap_base;
+    unsigned char *p = &__heap_base, *end = (unsigned char *)(__builtin_wasm_memory_size(0) * 65536);
+    size_t dirty = 0;
+    for (; p < end; p++) dirty += *p == 0xAB;
+    snprintf(buf, sizeof buf, "{\"result\":%zu}", dirty);
+    return answers(buf);
+  }
   if (strstr(ev, "\"trap\"")) {
     logs(3, "about to trap");
     __builtin_trap();
