@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/json"
@@ -9,12 +8,10 @@ import (
 	"fmt"
 	"io"
 	"mime"
-	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
 
-	"github.com/sandbot/sandbot/hl7"
 	"github.com/sandbot/sandbot/runtime"
 )
 
@@ -165,76 +162,27 @@ func runBotCommand(ctx context.Context, args []string, stdin io.Reader, stdout, 
 // botEvent builds the ABI event for a local run.
 func botEvent(name, contentType string, body []byte, hasInput bool) ([]byte, error) {
 	if contentType == "" {
-		contentType = "application/json"
+		contentType = runtime.MediaJSON
 	}
 	mt, _, err := mime.ParseMediaType(contentType)
 	if err != nil {
 		return nil, fmt.Errorf("content type %q: %v", contentType, err)
 	}
-	ev := struct {
-		Bot         map[string]string `json:"bot"`
-		Requester   map[string]string `json:"requester"`
-		ContentType string            `json:"contentType"`
-		Input       json.RawMessage   `json:"input,omitempty"`
-		Secrets     map[string]any    `json:"secrets"`
-		TraceID     string            `json:"traceId"`
-		Headers     map[string]string `json:"headers"`
-	}{
-		Bot:         map[string]string{"reference": "Bot/local", "display": name},
-		Requester:   map[string]string{"reference": "ClientApplication/local"},
+	ev := runtime.Event{
+		Bot:         runtime.Reference{Reference: "Bot/local", Display: name},
+		Requester:   runtime.Reference{Reference: "ClientApplication/local"},
 		ContentType: mt,
+		Input:       json.RawMessage("null"),
 		Secrets:     map[string]any{},
 		TraceID:     newUUID(),
 		Headers:     map[string]string{"content-type": contentType},
 	}
 	if hasInput {
-		ev.Input, err = botInput(mt, body)
-		if err != nil {
-			return nil, err
+		if ev.Input, err = runtime.Input(mt, body); err != nil {
+			return nil, fmt.Errorf("input: %w", err)
 		}
 	}
 	return json.Marshal(ev)
-}
-
-// botInput maps a request body to event.input as the ABI says.
-func botInput(mediaType string, body []byte) (json.RawMessage, error) {
-	switch mediaType {
-	case "application/json", "application/fhir+json":
-		body = bytes.TrimSpace(body)
-		if !json.Valid(body) {
-			return nil, errors.New("input is not valid JSON")
-		}
-		if mediaType == "application/fhir+json" {
-			var head struct {
-				ResourceType string `json:"resourceType"`
-			}
-			if len(body) == 0 || body[0] != '{' || json.Unmarshal(body, &head) != nil || head.ResourceType == "" {
-				return nil, errors.New("input is not a FHIR resource (an object with a resourceType)")
-			}
-		}
-		return body, nil
-	case "application/x-www-form-urlencoded":
-		vals, err := url.ParseQuery(strings.TrimSpace(string(body)))
-		if err != nil {
-			return nil, fmt.Errorf("input is not a form: %v", err)
-		}
-		obj := make(map[string]any, len(vals))
-		for k, v := range vals {
-			if len(v) == 1 {
-				obj[k] = v[0]
-			} else {
-				obj[k] = v
-			}
-		}
-		return json.Marshal(obj)
-	case "x-application/hl7-v2+er7":
-		if _, err := hl7.Parse(body); err != nil {
-			return nil, fmt.Errorf("input is not an HL7 v2 message: %v", err)
-		}
-		return json.Marshal(string(body))
-	default: // text/plain and anything else
-		return json.Marshal(string(body))
-	}
 }
 
 func envelopeJSON(e runtime.Envelope) ([]byte, error) {

@@ -42,7 +42,7 @@ func TestBotRunUsage(t *testing.T) {
 		t.Fatalf("code %d %q", code, errs)
 	}
 	wasm := filepath.Join("..", "..", "examples", "c-echo", "c-echo.wasm")
-	if code, _, errs := botRun(t, "{", "run", wasm, "--input", "-"); code != 2 || !strings.Contains(errs, "not valid JSON") {
+	if code, _, errs := botRun(t, "{", "run", wasm, "--input", "-"); code != 2 || !strings.Contains(errs, "could not be parsed") {
 		t.Fatalf("code %d %q", code, errs)
 	}
 	if code, _, errs := botRun(t, "", "run", filepath.Join("..", "..", "examples", "c-echo", "echo.c")); code != 1 || !strings.Contains(errs, "invalid module") {

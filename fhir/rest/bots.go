@@ -13,12 +13,10 @@ import (
 	"strconv"
 	"strings"
 	"time"
-	"unicode/utf8"
 
 	"github.com/gorilla/mux"
 
 	"github.com/sandbot/sandbot/fhir"
-	"github.com/sandbot/sandbot/hl7"
 	"github.com/sandbot/sandbot/internal/auth"
 	"github.com/sandbot/sandbot/internal/httpx"
 	"github.com/sandbot/sandbot/runtime"
@@ -27,11 +25,11 @@ import (
 
 // Media types of bot input and output.
 const (
-	mediaText  = "text/plain"
-	mediaJSON  = "application/json"
-	mediaFHIR  = "application/fhir+json"
-	mediaForm  = "application/x-www-form-urlencoded"
-	mediaHL7   = "x-application/hl7-v2+er7"
+	mediaText  = runtime.MediaText
+	mediaJSON  = runtime.MediaJSON
+	mediaFHIR  = runtime.MediaFHIR
+	mediaForm  = runtime.MediaForm
+	mediaHL7   = runtime.MediaHL7
 	mediaWasm  = "application/wasm"
 	moduleHash = "https://sandbot.dev/fhir/StructureDefinition/module-sha256"
 )
@@ -384,8 +382,7 @@ func (h *Handler) botInput(r *http.Request, query url.Values, byIdentifier bool)
 		if byIdentifier {
 			query.Del("identifier")
 		}
-		in, err := json.Marshal(formObject(query))
-		return "", in, err
+		return "", runtime.FormInput(query), nil
 	}
 	mt := httpx.MediaType(r)
 	limit := h.cfg.MaxTextBytes
@@ -396,86 +393,21 @@ func (h *Handler) botInput(r *http.Request, query url.Values, byIdentifier bool)
 	if err != nil {
 		return "", nil, err
 	}
+	in, err := runtime.Input(mt, body)
+	var ie *runtime.InputError
 	switch {
-	case mt == mediaText:
-		if !utf8.Valid(body) {
-			return "", nil, fhir.Invalid("Content could not be parsed: text is not UTF-8")
+	case errors.As(err, &ie) && ie.Unsupported:
+		return "", nil, fhir.Errorf(fhir.EUnsupportedMedia, "%s", ie.Message)
+	case errors.As(err, &ie):
+		e := fhir.Invalid(ie.Message)
+		if ie.HL7 != nil && ie.HL7.Segment != "" {
+			e.Expression = []string{fmt.Sprintf("%s-%d", ie.HL7.Segment, ie.HL7.Field)}
 		}
-		in, err := json.Marshal(string(body))
-		return mt, in, err
-	case mt == mediaHL7:
-		if err := validateHL7(body); err != nil {
-			return "", nil, err
-		}
-		in, err := json.Marshal(string(body))
-		return mt, in, err
-	case mt == mediaForm:
-		values, err := url.ParseQuery(string(body))
-		if err != nil {
-			return "", nil, fhir.Invalid("Content could not be parsed")
-		}
-		in, err := json.Marshal(formObject(values))
-		return mt, in, err
-	case mt == mediaJSON:
-		if !json.Valid(body) {
-			return "", nil, fhir.Invalid("Content could not be parsed")
-		}
-		return mt, compactJSON(body), nil
-	case httpx.IsJSON(mt):
-		// The resource is checked, then handed over as sent.
-		if _, err := fhir.ParseResource(body); err != nil {
-			return "", nil, err
-		}
-		return mt, compactJSON(body), nil
-	case mt == "" && len(bytes.TrimSpace(body)) == 0:
-		return "", json.RawMessage(`{}`), nil
+		return "", nil, e
+	case err != nil:
+		return "", nil, err
 	}
-	return "", nil, fhir.Errorf(fhir.EUnsupportedMedia, "Unsupported media type: %s", mt)
-}
-
-func compactJSON(b []byte) json.RawMessage {
-	var buf bytes.Buffer
-	if json.Compact(&buf, b) != nil {
-		return b
-	}
-	return buf.Bytes()
-}
-
-// formObject maps form values to an object of strings, arrays for repeated keys.
-func formObject(v url.Values) map[string]any {
-	out := make(map[string]any, len(v))
-	for k, vals := range v {
-		if len(vals) == 1 {
-			out[k] = vals[0]
-		} else {
-			out[k] = vals
-		}
-	}
-	return out
-}
-
-// validateHL7 checks that an HL7 body parses; a batch counts.
-func validateHL7(body []byte) error {
-	var err error
-	trimmed := bytes.TrimLeft(body, "\ufeff\x0b \r\n")
-	if bytes.HasPrefix(trimmed, []byte("FHS")) || bytes.HasPrefix(trimmed, []byte("BHS")) {
-		_, err = hl7.ParseBatch(body)
-	} else {
-		_, err = hl7.Parse(body)
-	}
-	if err == nil {
-		return nil
-	}
-	var pe *hl7.ParseError
-	if errors.As(err, &pe) {
-		e := fhir.Invalid(fmt.Sprintf("Content could not be parsed: invalid HL7 at byte %d (line %d, segment %q, field %d): %s",
-			pe.Offset, pe.Line, pe.Segment, pe.Field, pe.Reason))
-		if pe.Segment != "" {
-			e.Expression = []string{fmt.Sprintf("%s-%d", pe.Segment, pe.Field)}
-		}
-		return e
-	}
-	return fhir.Invalid("Content could not be parsed: " + err.Error())
+	return mt, in, nil
 }
 
 // botEvent builds the event JSON.
@@ -488,18 +420,14 @@ func (h *Handler) botEvent(ctx context.Context, r *http.Request, p *auth.Princip
 		}
 		headers[lk] = strings.Join(v, ", ")
 	}
-	botRef := map[string]any{"reference": "Bot/" + rec.ID}
-	if name := bot.String("name"); name != "" {
-		botRef["display"] = name
-	}
-	return json.Marshal(map[string]any{
-		"bot":         botRef,
-		"requester":   map[string]any{"reference": p.Profile},
-		"contentType": mediaType,
-		"input":       input,
-		"secrets":     projectSecrets(project),
-		"traceId":     httpx.TraceID(ctx),
-		"headers":     headers,
+	return json.Marshal(runtime.Event{
+		Bot:         runtime.Reference{Reference: "Bot/" + rec.ID, Display: bot.String("name")},
+		Requester:   runtime.Reference{Reference: p.Profile},
+		ContentType: mediaType,
+		Input:       input,
+		Secrets:     projectSecrets(project),
+		TraceID:     httpx.TraceID(ctx),
+		Headers:     headers,
 	})
 }
 
