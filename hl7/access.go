@@ -46,7 +46,9 @@ func (e Element) IsEmpty() bool { return len(e.raw) == 0 }
 
 // Value returns the text with escape sequences decoded (see [Unescape]).
 // The HL7 null "" gives "" (use [Element.IsNull] to tell it from empty).
-// Delimiters inside a composite element are left as they are.
+// Value is meant for leaves (a component or subcomponent, or a field
+// without components): in a composite element the structural delimiters are
+// left as they are, and could not be told from decoded \S\ and the like.
 func (e Element) Value() string {
 	if len(e.raw) == 0 || e.IsNull() {
 		return ""

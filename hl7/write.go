@@ -57,10 +57,23 @@ func (m *Message) AppendTo(dst []byte) []byte {
 	dst = append(dst, m.data[:m.first]...)
 	term := ""
 	last := len(m.segs) - 1
+	runS, runE := 0, 0 // pending run of contiguous original segments in data
 	for i := range m.segs {
 		s := &m.segs[i]
+		needTerm := s.newTerm || (s.tstart == s.tend && i < last)
+		if !s.owned && !needTerm {
+			if runE > runS && int(s.start) == runE {
+				runE = int(s.tend)
+				continue
+			}
+			dst = append(dst, m.data[runS:runE]...)
+			runS, runE = int(s.start), int(s.tend)
+			continue
+		}
+		dst = append(dst, m.data[runS:runE]...)
+		runS, runE = 0, 0
 		dst = append(dst, m.segBytes(i)...)
-		if s.newTerm || (s.tstart == s.tend && i < last) {
+		if needTerm {
 			if term == "" {
 				term = m.defaultTerm()
 			}
@@ -69,12 +82,13 @@ func (m *Message) AppendTo(dst []byte) []byte {
 			dst = append(dst, m.data[s.tstart:s.tend]...)
 		}
 	}
-	return dst
+	return append(dst, m.data[runS:runE]...)
 }
 
 // Set stores value, escaped, at path. Missing fields, repetitions and
 // components are added; the segment must exist. Only the segment concerned
-// is rebuilt. MSH-1 and MSH-2 cannot be set.
+// is rebuilt. MSH-1 and MSH-2 cannot be set. Setting the text `""` stores
+// the HL7 null; setting "" empties the element.
 func (m *Message) Set(path, value string) error {
 	p, err := ParsePath(path)
 	if err != nil {
