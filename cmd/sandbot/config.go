@@ -36,6 +36,7 @@ type config struct {
 	BotMemoryBytes    int64
 	BotOutputBytes    int64
 	BotLogBytes       int64
+	AuthRateLimit     int64
 }
 
 // configFlags binds the flags of cfg on fs, with defaults from the environment.
@@ -84,6 +85,7 @@ func configFlags(fs *flag.FlagSet, cfg *config) {
 	size(&cfg.BotMemoryBytes, "bot-memory-bytes", "SANDBOT_BOT_MEMORY_BYTES", 64<<20, "bot linear memory limit")
 	size(&cfg.BotOutputBytes, "bot-output-bytes", "SANDBOT_BOT_OUTPUT_BYTES", 8<<20, "largest bot result")
 	size(&cfg.BotLogBytes, "bot-log-bytes", "SANDBOT_BOT_LOG_BYTES", 10<<10, "bot log kept per execution")
+	size(&cfg.AuthRateLimit, "auth-rate-limit", "SANDBOT_AUTH_RATE_LIMIT", 160, "requests per minute per client IP on /auth and /oauth2 (0: no limit)")
 }
 
 // validate checks the configuration and normalises it, with messages that
@@ -146,9 +148,10 @@ func (c *config) validate() error {
 		{"SANDBOT_BOT_MEMORY_BYTES", c.BotMemoryBytes, 1 << 16, 4 << 30},
 		{"SANDBOT_BOT_OUTPUT_BYTES", c.BotOutputBytes, 1 << 10, 1 << 30},
 		{"SANDBOT_BOT_LOG_BYTES", c.BotLogBytes, 0, 1 << 30},
+		{"SANDBOT_AUTH_RATE_LIMIT", c.AuthRateLimit, 0, 1 << 30},
 	} {
 		if l.v < l.lo || l.v > l.hi {
-			bad("%s=%d must be a byte count between %d and %d", l.name, l.v, l.lo, l.hi)
+			bad("%s=%d must be a number between %d and %d", l.name, l.v, l.lo, l.hi)
 		}
 	}
 	return errors.Join(errs...)

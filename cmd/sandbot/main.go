@@ -163,6 +163,8 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		Limits:            server.Limits{JSONBytes: cfg.MaxJSONBytes, TextBytes: cfg.MaxTextBytes, ModuleBytes: cfg.MaxModuleBytes},
 		Version:           buildVersion(),
 		Dialect:           string(st.Dialect()),
+		SMTPURL:           cfg.SMTPURL,
+		AuthRateLimit:     authRateLimit(cfg.AuthRateLimit),
 		Runtime:           rt,
 		BotLimits:         rest.BotLimits{MemoryBytes: uint64(cfg.BotMemoryBytes), OutputBytes: int(cfg.BotOutputBytes), LogBytes: int(cfg.BotLogBytes)},
 	}, st, reg, log)
@@ -213,6 +215,14 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	srv.Close()
 	log.Info("stopped")
 	return 0
+}
+
+// authRateLimit maps the setting (0: off) to server.Config's (negative: off).
+func authRateLimit(n int64) int {
+	if n == 0 {
+		return -1
+	}
+	return int(n)
 }
 
 func healthcheck(args []string, stderr io.Writer) int {
