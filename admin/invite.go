@@ -5,6 +5,7 @@ import (
 	"net/mail"
 	"regexp"
 	"strings"
+	"time"
 
 	"golang.org/x/crypto/bcrypt"
 
@@ -214,10 +215,16 @@ func (s *Service) Invite(ctx context.Context, c Caller, pid string, req *InviteR
 		linkSecret string
 		requestID  string
 	)
+	updated := false
 	err = s.Store.InTx(ctx, func(tx store.Store) error {
-		out, newUser, userRef, requestID, linkSecret = nil, false, "", "", ""
+		out, newUser, userRef, requestID, linkSecret, updated = nil, false, "", "", "", false
 		var user fhir.Resource
 		if req.Email != "" {
+			// Concurrent invitations of one e-mail would each find no User
+			// and each create one.
+			if err := tx.Lock(ctx, "user-email:"+req.Email); err != nil {
+				return err
+			}
 			users, err := search(ctx, tx, store.AllProjects, "User", "email="+esc(req.Email)+"&_count=100")
 			if err != nil {
 				return err
@@ -324,6 +331,7 @@ func (s *Service) Invite(ctx context.Context, c Caller, pid string, req *InviteR
 				if cur.Ref("profile") != profileRef {
 					return fhir.Errorf(fhir.EConflict, "User is already a member of this project with a different profile")
 				}
+				updated = true
 				out, err = tx.Update(ctx, store.ProjectScope(pid), "ProjectMembership", cur.ID(), store.Write{Author: c.author()},
 					func(m fhir.Resource) (fhir.Resource, error) {
 						for k, v := range tmpl {
@@ -347,7 +355,11 @@ func (s *Service) Invite(ctx context.Context, c Caller, pid string, req *InviteR
 	if err != nil {
 		return nil, err
 	}
-	s.changed()
+	if updated {
+		// Only a changed membership can be in a cached principal; a new one
+		// has never been used to log in.
+		s.changed()
+	}
 	if req.Email != "" && req.SendEmail {
 		s.sendInvite(ctx, req, project.String("name"), newUser, requestID, linkSecret)
 	}
@@ -430,6 +442,9 @@ func (s *Service) sendInvite(ctx context.Context, req *InviteRequest, projectNam
 		msg.Body = "Hello " + req.FirstName + ",\n\nYou were added to the project " + projectName + ".\n" +
 			"Sign in with your existing account at " + s.BaseURL + "\n"
 	}
+	// The membership exists now: a client hanging up must not cancel its mail.
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+	defer cancel()
 	if err := sender.Send(ctx, msg); err != nil {
 		s.log().WarnContext(ctx, "invitation e-mail could not be sent; the membership was kept", "err", err)
 		if s.MailFailed != nil {

@@ -108,7 +108,6 @@ func (s *Service) InitProject(ctx context.Context, c Caller, name, ownerRef stri
 	if err != nil {
 		return nil, err
 	}
-	s.changed()
 	return out, nil
 }
 
@@ -222,7 +221,6 @@ func (s *Service) createWithMembership(ctx context.Context, c Caller, pid string
 	if err != nil {
 		return nil, err
 	}
-	s.changed()
 	return out, nil
 }
 

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"strings"
 	"time"
+	"unicode/utf8"
 )
 
 // IndexKind is the index table a value goes to.
@@ -37,6 +38,32 @@ func KindOf(t ParamType) IndexKind {
 	}
 }
 
+// MaxIndexedValue bounds the bytes of one indexed string or token value.
+// PostgreSQL cannot index a B-tree entry over ~2.7 kB, so an unbounded value
+// (a long name text, a huge code) would make the whole write fail. Longer
+// strings are indexed by their first MaxIndexedValue bytes (prefix searches
+// still work); longer tokens, which no one searches by, are not indexed.
+const MaxIndexedValue = 1024
+
+// boundValue applies MaxIndexedValue; ok is false when v is not indexed.
+func boundValue(v IndexValue) (IndexValue, bool) {
+	switch v.Kind {
+	case StringIndex:
+		if len(v.Value) > MaxIndexedValue {
+			cut := MaxIndexedValue
+			for cut > 0 && !utf8.RuneStart(v.Value[cut]) {
+				cut--
+			}
+			v.Value = v.Value[:cut]
+		}
+	case TokenIndex:
+		if len(v.Value) > MaxIndexedValue || len(v.System) > MaxIndexedValue {
+			return v, false
+		}
+	}
+	return v, true
+}
+
 // NormalizeString is how string parameters are compared: case-insensitive.
 func NormalizeString(s string) string { return strings.ToLower(strings.TrimSpace(s)) }
 
@@ -50,7 +77,8 @@ func Extract(r Resource) []IndexValue {
 				for _, v := range valuesOf(p, node) {
 					v.Code = p.Code
 					v.Kind = KindOf(p.Type)
-					if !seen[v] {
+					v, ok := boundValue(v)
+					if ok && !seen[v] {
 						seen[v] = true
 						out = append(out, v)
 					}
@@ -263,7 +291,11 @@ func ParseDateRange(s string) (lo, hi time.Time, err error) {
 			continue
 		}
 		if strings.Contains(s, ".") {
+			// time.Parse accepts a fraction after the seconds even when the
+			// layout has none, so the seconds layout matches an instant too:
+			// an instant is one millisecond, not the whole second.
 			t = t.Truncate(time.Millisecond)
+			return t.UTC(), t.Add(time.Millisecond).UTC(), nil
 		}
 		return t.UTC(), l.add(t).UTC(), nil
 	}

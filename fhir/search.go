@@ -12,6 +12,11 @@ const (
 	DefaultCount = 20
 	MaxCount     = 1000
 	MaxOffset    = 10000
+	// MaxOrValues bounds the values of one parameter and MaxFilters the
+	// parameters of one search: each becomes a SQL condition, and SQLite
+	// refuses expressions nested deeper than 1000 (a 500 otherwise).
+	MaxOrValues = 200
+	MaxFilters  = 100
 )
 
 // SearchRequest is a parsed search: filters are ANDed, the values of one
@@ -136,7 +141,14 @@ func (req *SearchRequest) add(name, value string) error {
 	if err := checkModifier(p, modifier); err != nil {
 		return err
 	}
-	for _, raw := range splitOr(value) {
+	raws := splitOr(value)
+	if len(raws) > MaxOrValues {
+		return Invalid("Too many values for search parameter "+code+" (max "+strconv.Itoa(MaxOrValues)+")", code)
+	}
+	if len(req.Filters) >= MaxFilters {
+		return Invalid("Too many search parameters (max " + strconv.Itoa(MaxFilters) + ")")
+	}
+	for _, raw := range raws {
 		v, err := parseValue(p, modifier, raw)
 		if err != nil {
 			return err

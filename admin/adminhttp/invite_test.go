@@ -103,6 +103,12 @@ func TestInviteScopesAndReuse(t *testing.T) {
 		if _, ok := users[0]["passwordHash"]; ok {
 			t.Fatal("passwordHash returned")
 		}
+		// A project admin cannot edit a User directly.
+		u := users[0]
+		u["firstName"] = "Changed"
+		if r := ca.do("PUT", "fhir/R4/User/"+id(u), u, ""); r.Status != 403 {
+			t.Fatalf("project admin edits a User: %d %s", r.Status, r.Body)
+		}
 		// Another project's admin inviting the same e-mail reuses the User.
 		m2 := expect(t, cb.do("POST", pathB, inviteBody("Practitioner", "Pat", "Smith", "doc@example.com"), ""), 200, "invite in B")
 		if ref(m2, "user") != ref(m, "user") {

@@ -1,6 +1,7 @@
 package adminhttp_test
 
 import (
+	"strings"
 	"testing"
 
 	"github.com/sandbot/sandbot/internal/servertest"
@@ -45,6 +46,10 @@ func TestProjectAdminEndpoints(t *testing.T) {
 		// DECISIONS 2: another project's id is 403 for project admins; super admins may name any.
 		expect(t, ca.do("GET", "admin/projects/"+b.ProjectID, nil, ""), 403, "other project")
 		expect(t, ca.do("POST", "admin/projects/"+b.ProjectID+"/secrets", []any{}, ""), 403, "other project secrets")
+		expect(t, ca.do("POST", "admin/projects/"+b.ProjectID+"/invite", inviteBody("Practitioner", "X", "Y", "xy@example.com"), ""), 403, "other project invite")
+		expect(t, ca.do("POST", "admin/projects/"+b.ProjectID+"/client", map[string]any{"name": "x"}, ""), 403, "other project client")
+		expect(t, ca.do("POST", "admin/projects/"+b.ProjectID+"/bot", map[string]any{"name": "x"}, ""), 403, "other project bot")
+		expect(t, as(t, s, "").do("POST", "admin/projects/"+a.ProjectID+"/invite", inviteBody("Practitioner", "X", "Y", "xy@example.com"), ""), 401, "anonymous invite")
 		expect(t, su.do("GET", "admin/projects/"+b.ProjectID, nil, ""), 200, "super admin any project")
 		expect(t, as(t, s, "").do("GET", "admin/projects/"+a.ProjectID, nil, ""), 401, "anonymous")
 
@@ -94,5 +99,44 @@ func TestProjectAdminEndpoints(t *testing.T) {
 		expect(t, mt.do("POST", "admin/projects/"+a.ProjectID+"/client", map[string]any{"name": "x"}, ""), 403, "member client")
 		expect(t, mt.do("POST", "admin/projects/"+a.ProjectID+"/invite", inviteBody("Practitioner", "a", "b", "x@example.com"), ""), 403, "member invite")
 		expect(t, mt.do("GET", "fhir/R4/ProjectMembership", nil, ""), 403, "member search")
+	})
+}
+
+func TestProjectInit(t *testing.T) {
+	servertest.ForEachBackend(t, func(t *testing.T, s *servertest.Server) {
+		params := func(name string) map[string]any {
+			return map[string]any{"resourceType": "Parameters", "parameter": []any{map[string]any{"name": "name", "valueString": name}}}
+		}
+		a := s.NewProject(t, "Init")
+		expect(t, as(t, s, a.Token).do("POST", "fhir/R4/Project/$init", params("x"), ""), 403, "client that is not super admin")
+		su := as(t, s, s.SuperAdmin(t).Token)
+		expect(t, su.do("POST", "fhir/R4/Project/$init", map[string]any{"resourceType": "Parameters"}, ""), 400, "no name")
+		p := expect(t, su.do("POST", "fhir/R4/Project/$init", params("By super"), ""), 201, "super admin")
+		if p["resourceType"] != "Project" || p["name"] != "By super" || p["meta"].(map[string]any)["project"] != id(p) {
+			t.Fatalf("init: %v", p)
+		}
+		ms := entries(t, su.do("GET", "fhir/R4/ProjectMembership?project=Project/"+id(p), nil, ""))
+		if len(ms) != 1 || !strings.HasPrefix(ref(ms[0], "profile"), "ClientApplication/") {
+			t.Fatalf("default client membership: %v", ms)
+		}
+		// A User creates a project it owns and administers.
+		inv := inviteBody("Practitioner", "U", "Ser", "initowner@example.com")
+		inv["password"] = "init-owner-pw"
+		expect(t, as(t, s, a.Token).do("POST", "admin/projects/"+a.ProjectID+"/invite", inv, ""), 200, "invite")
+		uc := as(t, s, userToken(t, s, "initowner@example.com", "init-owner-pw", ""))
+		p2 := expect(t, uc.do("POST", "fhir/R4/Project/$init", params("Mine"), ""), 201, "user init")
+		if !strings.HasPrefix(ref(p2, "owner"), "User/") {
+			t.Fatalf("owner: %v", p2)
+		}
+		ms = entries(t, su.do("GET", "fhir/R4/ProjectMembership?project=Project/"+id(p2), nil, ""))
+		if len(ms) != 2 {
+			t.Fatalf("owner + default client memberships: %v", ms)
+		}
+		// A project-scoped user cannot own a project.
+		pinv := inviteBody("Patient", "P", "S", "scopedowner@example.com")
+		pinv["password"] = "scoped-owner-pw"
+		expect(t, as(t, s, a.Token).do("POST", "admin/projects/"+a.ProjectID+"/invite", pinv, ""), 200, "invite patient")
+		pc := as(t, s, userToken(t, s, "scopedowner@example.com", "scoped-owner-pw", a.ProjectID))
+		expect(t, pc.do("POST", "fhir/R4/Project/$init", params("Nope"), ""), 400, "project-scoped owner")
 	})
 }

@@ -124,7 +124,8 @@ func (c *config) validate() error {
 	}
 	if c.SMTPURL != "" {
 		if su, err := url.Parse(c.SMTPURL); err != nil || (su.Scheme != "smtp" && su.Scheme != "smtps") || su.Host == "" {
-			bad("SANDBOT_SMTP_URL=%q must look like smtp://user:password@host:587", c.SMTPURL)
+			// The URL is not echoed: it may carry a password.
+			bad("SANDBOT_SMTP_URL must look like smtp://user:password@host:587 or smtps://…")
 		}
 	}
 	switch c.LogLevel {

@@ -92,8 +92,8 @@ func TestConfigValidation(t *testing.T) {
 func TestCommandLine(t *testing.T) {
 	clearEnv(t)
 	for _, tc := range []struct {
-		args       []string
-		code       int
+		args        []string
+		code        int
 		out, errOut string
 	}{
 		{[]string{"version"}, 0, "sandbot ", ""},
@@ -123,8 +123,12 @@ type syncBuffer struct {
 	b  bytes.Buffer
 }
 
-func (s *syncBuffer) Write(p []byte) (int, error) { s.mu.Lock(); defer s.mu.Unlock(); return s.b.Write(p) }
-func (s *syncBuffer) String() string              { s.mu.Lock(); defer s.mu.Unlock(); return s.b.String() }
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+func (s *syncBuffer) String() string { s.mu.Lock(); defer s.mu.Unlock(); return s.b.String() }
 
 func freePort(t *testing.T) string {
 	t.Helper()
@@ -155,11 +159,15 @@ func start(t *testing.T, dataDir, databaseURL string) *running {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	r.cancel = cancel
-	go func() { r.done <- run(ctx, args, strings.NewReader(""), r.stdout, r.stderr) }()
+	exited := make(chan struct{})
+	go func() {
+		defer close(exited)
+		r.done <- run(ctx, args, strings.NewReader(""), r.stdout, r.stderr)
+	}()
 	t.Cleanup(func() {
 		cancel()
 		select {
-		case <-r.done:
+		case <-exited:
 		case <-time.After(30 * time.Second):
 		}
 	})

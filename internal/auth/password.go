@@ -346,7 +346,7 @@ func (a *Authenticator) authorizationCode(w http.ResponseWriter, r *http.Request
 		switch {
 		case l.Bool("granted") || l.Bool("revoked") || !secretEqual(l.String("code"), secret):
 			grantErr = "Invalid code"
-		case func() bool { t, err := time.Parse(fhir.TimeFormat, l.String("codeIssued")); return err != nil || time.Since(t) > codeLifetime }():
+		case olderThan(l.String("codeIssued"), codeLifetime):
 			grantErr = "Expired code"
 		case !checkPKCE(l.String("codeChallengeMethod"), l.String("codeChallenge"), form.Get("code_verifier")):
 			grantErr = "Invalid code verifier"
@@ -413,7 +413,6 @@ func (a *Authenticator) refreshToken(w http.ResponseWriter, r *http.Request, for
 		oauthError(w, http.StatusBadRequest, "invalid_grant", grantErr)
 		return
 	}
-	a.Forget()
 	a.loginTokens(w, r, rec, refresh)
 }
 
@@ -505,6 +504,12 @@ func (a *Authenticator) handleSetPassword(w http.ResponseWriter, r *http.Request
 		return
 	}
 	httpx.WriteOutcome(w, r, http.StatusOK, fhir.AllOK())
+}
+
+// olderThan reports whether an instant is unparsable or older than d.
+func olderThan(instant string, d time.Duration) bool {
+	t, err := time.Parse(fhir.TimeFormat, instant)
+	return err != nil || time.Since(t) > d
 }
 
 func lastUpdated(r fhir.Resource) string {

@@ -61,8 +61,16 @@ func ForEachBackend(t *testing.T, fn func(t *testing.T, s *Server), opts ...Opti
 // Start starts a server on backend b; it stops when the test ends.
 func Start(t testing.TB, b storetest.Backend, opts ...Option) *Server {
 	t.Helper()
+	return StartURL(t, b.Name, b.NewURL(t), opts...)
+}
+
+// StartURL starts a server over an existing database (a URL made by a
+// storetest.Backend's NewURL, possibly used by another server before: this is
+// a restart). backend is the backend's name.
+func StartURL(t testing.TB, backend, databaseURL string, opts ...Option) *Server {
+	t.Helper()
 	ctx := context.Background()
-	st, err := sqlstore.Open(ctx, b.NewURL(t), sqlstore.Options{Migrate: true})
+	st, err := sqlstore.Open(ctx, databaseURL, sqlstore.Options{Migrate: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -71,7 +79,7 @@ func Start(t testing.TB, b storetest.Backend, opts ...Option) *Server {
 	// server (it signs tokens and builds links with it).
 	hs := httptest.NewUnstartedServer(nil)
 	base := "http://" + hs.Listener.Addr().String() + "/"
-	cfg := server.Config{BaseURL: base, AdminClientID: AdminClientID, AdminClientSecret: AdminClientSecret, Version: "test", Dialect: b.Name,
+	cfg := server.Config{BaseURL: base, AdminClientID: AdminClientID, AdminClientSecret: AdminClientSecret, Version: "test", Dialect: backend,
 		Runtime: sharedRuntime(t)}
 	for _, o := range opts {
 		o(&cfg)
@@ -85,7 +93,7 @@ func Start(t testing.TB, b storetest.Backend, opts ...Option) *Server {
 	hs.Start()
 	ops := httptest.NewServer(srv.Ops)
 	t.Cleanup(func() { hs.Close(); ops.Close(); srv.Close() })
-	return &Server{Server: srv, URL: base, HTTP: hs, Ops: ops, Store: st, Registry: reg, Backend: b.Name}
+	return &Server{Server: srv, URL: base, HTTP: hs, Ops: ops, Store: st, Registry: reg, Backend: backend}
 }
 
 // Client is an HTTP client authenticated as one principal.
@@ -97,6 +105,9 @@ type Client struct {
 	ProjectID string
 	// Profile is the caller's profile reference.
 	Profile string
+	// ClientID and Secret are the caller's client credentials (clients made
+	// by NewProject and NewMember).
+	ClientID, Secret string
 }
 
 // Token gets an access token with client credentials.
@@ -120,7 +131,36 @@ func (s *Server) Token(t testing.TB, clientID, secret string) string {
 // SuperAdmin is a client of the bootstrap super-admin.
 func (s *Server) SuperAdmin(t testing.TB) *Client {
 	return &Client{t: t, base: s.URL, Token: s.Token(t, AdminClientID, AdminClientSecret),
-		ProjectID: s.Bootstrap.ProjectID, Profile: "ClientApplication/" + AdminClientID}
+		ProjectID: s.Bootstrap.ProjectID, Profile: "ClientApplication/" + AdminClientID,
+		ClientID: AdminClientID, Secret: AdminClientSecret}
+}
+
+// Anonymous is a client that sends no credentials.
+func (s *Server) Anonymous(t testing.TB) *Client { return &Client{t: t, base: s.URL} }
+
+// NewMember adds a ClientApplication to an existing project, directly in the
+// store, with a membership that is admin or not, and returns a client logged
+// in as it.
+func (s *Server) NewMember(t testing.TB, projectID, name string, isAdmin bool) *Client {
+	t.Helper()
+	ctx := context.Background()
+	secret := admin.NewSecret()
+	var clientID string
+	err := s.Store.InTx(ctx, func(tx store.Store) error {
+		system := store.Write{Project: projectID, Author: fhir.Reference{Reference: "system"}}
+		c, err := tx.Create(ctx, fhir.Resource{"resourceType": "ClientApplication", "name": name, "secret": secret}, system)
+		if err != nil {
+			return err
+		}
+		clientID = c.ID
+		_, err = tx.Create(ctx, admin.NewMembership(projectID, name, "ClientApplication/"+c.ID, "ClientApplication/"+c.ID, name, isAdmin), system)
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &Client{t: t, base: s.URL, Token: s.Token(t, clientID, secret), ProjectID: projectID,
+		Profile: "ClientApplication/" + clientID, ClientID: clientID, Secret: secret}
 }
 
 // NewProject creates a project with an admin ClientApplication directly in
@@ -148,8 +188,12 @@ func (s *Server) NewProject(t testing.TB, name string) *Client {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &Client{t: t, base: s.URL, Token: s.Token(t, clientID, secret), ProjectID: projectID, Profile: "ClientApplication/" + clientID}
+	return &Client{t: t, base: s.URL, Token: s.Token(t, clientID, secret), ProjectID: projectID, Profile: "ClientApplication/" + clientID,
+		ClientID: clientID, Secret: secret}
 }
+
+// Base is the server's base URL (with a trailing slash).
+func (c *Client) Base() string { return c.base }
 
 // Response is a decoded answer.
 type Response struct {

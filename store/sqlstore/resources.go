@@ -95,7 +95,7 @@ func (s *Store) write(ctx context.Context, res fhir.Resource, id, project string
 	if err := s.appendHistory(ctx, &r); err != nil {
 		return nil, err
 	}
-	if err := s.reindex(ctx, res, id, project); err != nil {
+	if err := s.reindex(ctx, res, id, project, isNew); err != nil {
 		return nil, err
 	}
 	rec := r.record()
@@ -123,9 +123,12 @@ func (s *Store) clearIndex(ctx context.Context, id string) error {
 }
 
 // reindex replaces the index rows of a resource with those fhir.Extract gives.
-func (s *Store) reindex(ctx context.Context, res fhir.Resource, id, project string) error {
-	if err := s.clearIndex(ctx, id); err != nil {
-		return err
+// A new resource has no rows yet (its id was just inserted), so nothing is cleared.
+func (s *Store) reindex(ctx context.Context, res fhir.Resource, id, project string, isNew bool) error {
+	if !isNew {
+		if err := s.clearIndex(ctx, id); err != nil {
+			return err
+		}
 	}
 	values := fhir.Extract(res)
 	if len(values) == 0 {

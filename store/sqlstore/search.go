@@ -131,7 +131,10 @@ func addFilter(q *query, resourceType string, f fhir.Filter, projects []any) err
 	sub += ` AND (` + strings.Join(ors, " OR ") + `)`
 	subArgs = append(subArgs, orArgs...)
 	if f.Modifier == "not" {
-		q.add(`r.id NOT IN (`+sub+`)`, subArgs...)
+		// A correlated NOT EXISTS probes the index per candidate row; NOT IN
+		// would materialise every matching value of the project first (all
+		// ClientApplication and Bot memberships for "profile-type:not=…").
+		q.add(`NOT EXISTS (`+sub+` AND i.resource_id = r.id)`, subArgs...)
 	} else {
 		q.add(`r.id IN (`+sub+`)`, subArgs...)
 	}

@@ -100,6 +100,10 @@ func Open(ctx context.Context, databaseURL string, opts Options) (*Store, error)
 		q.Add("_pragma", "journal_mode(WAL)")
 		q.Add("_pragma", "synchronous(NORMAL)")
 		q.Add("_pragma", "foreign_keys(1)")
+		// The default page cache (2 MiB) thrashes once the random-UUID keyed
+		// indexes outgrow it: seeding 100,000 Patients took 3m17s with it and
+		// 31s with 64 MiB per connection (allocated only as pages are used).
+		q.Add("_pragma", "cache_size(-65536)")
 		q.Set("_txlock", "immediate")
 		db, err = sqlx.Open("sqlite", "file:"+databaseURL+"?"+q.Encode())
 		if err != nil {
@@ -164,6 +168,20 @@ func (s *Store) inTx(ctx context.Context, fn func(tx *Store) error) error {
 }
 
 func (s *Store) rebind(q string) string { return s.db.Rebind(q) }
+
+// Lock implements store.Store. PostgreSQL takes a transaction-scoped
+// advisory lock; SQLite's immediate transactions already hold the database's
+// write lock from BEGIN, which serialises every writer.
+func (s *Store) Lock(ctx context.Context, key string) error {
+	if s.tx == nil {
+		return errors.New("sqlstore: Lock outside a transaction")
+	}
+	if s.dialect != Postgres {
+		return nil
+	}
+	_, err := s.q.ExecContext(ctx, `SELECT pg_advisory_xact_lock(hashtextextended($1, 0))`, key)
+	return err
+}
 
 // KeyValue implements store.Store.
 func (s *Store) KeyValue(ctx context.Context, name string, create func() (string, error)) (string, error) {

@@ -35,6 +35,7 @@ func Run(t *testing.T, newStore func(t *testing.T) store.Store) {
 		{"SearchPagingAndSort", testSearchPaging},
 		{"KeyValueFirstWins", testKeyValue},
 		{"ConcurrentUpdates", testConcurrentUpdates},
+		{"LockSerialisesCheckThenCreate", testLock},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) { tc.fn(t, newStore(t)) })
@@ -447,5 +448,40 @@ func testConcurrentUpdates(t *testing.T, s store.Store) {
 	r, _ := got.Resource()
 	if n := len(r["extension"].([]any)); n != 10 {
 		t.Errorf("read-modify-write lost updates: %d of 10 survived", n)
+	}
+}
+
+func testLock(t *testing.T, s store.Store) {
+	ctx := context.Background()
+	// Ten transactions each look for a User by e-mail and create it when
+	// absent; under the lock exactly one creates it.
+	var wg sync.WaitGroup
+	for i := 0; i < 10; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			err := s.InTx(ctx, func(tx store.Store) error {
+				if err := tx.Lock(ctx, "user-email:same@example.com"); err != nil {
+					return err
+				}
+				req, _ := fhir.ParseSearch("User", "email=same@example.com")
+				found, err := tx.Search(ctx, store.AllProjects, req)
+				if err != nil || len(found.Records) > 0 {
+					return err
+				}
+				_, err = tx.Create(ctx, res(t, `{"resourceType":"User","email":"same@example.com","firstName":"A","lastName":"B"}`), store.Write{Project: "p1"})
+				return err
+			})
+			if err != nil {
+				t.Error(err)
+			}
+		}()
+	}
+	wg.Wait()
+	if n := len(search(t, s, store.AllProjects, "User", "email=same@example.com").Records); n != 1 {
+		t.Errorf("%d Users created, want 1", n)
+	}
+	if err := s.Lock(ctx, "x"); err == nil {
+		t.Error("Lock outside a transaction must fail")
 	}
 }

@@ -1,0 +1,74 @@
+package access
+
+import (
+	"testing"
+
+	"github.com/sandbot/sandbot/fhir"
+)
+
+func policy(entries ...map[string]any) fhir.Resource {
+	var list []any
+	for _, e := range entries {
+		list = append(list, e)
+	}
+	return fhir.Resource{"resourceType": "AccessPolicy", "resource": list}
+}
+
+func TestCompileAndFilters(t *testing.T) {
+	p, err := Compile([]Binding{{
+		Policy: policy(
+			map[string]any{"resourceType": "Patient", "criteria": "Patient?_id=%patient"},
+			map[string]any{"resourceType": "Observation", "readonly": true, "criteria": "Observation?subject=%patient"},
+			map[string]any{"resourceType": "Practitioner"},
+		),
+		Params: map[string]string{"patient": "Patient/p1", "profile": "Patient/p1"},
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, ok := p.Filters("Patient", false)
+	if !ok || len(f) != 1 || f[0].Param.Code != "_id" || f[0].Values[0].Code != "p1" {
+		t.Fatalf("Patient filters: %+v %v", f, ok)
+	}
+	f, ok = p.Filters("Observation", false)
+	if !ok || len(f) != 1 || f[0].Values[0].Code != "Patient/p1" {
+		t.Fatalf("Observation filters: %+v", f)
+	}
+	if _, ok := p.Filters("Observation", true); ok {
+		t.Fatal("readonly entry allows writes")
+	}
+	if f, ok := p.Filters("Practitioner", true); !ok || f != nil {
+		t.Fatal("entry without criteria must be unrestricted")
+	}
+	if p.Allows("Encounter") || p.CanWrite("Observation") || !p.CanWrite("Patient") {
+		t.Fatal("Allows/CanWrite")
+	}
+	var none *Policy
+	if !none.Allows("Anything") {
+		t.Fatal("nil policy allows everything")
+	}
+}
+
+func TestMissingParameterMatchesNothing(t *testing.T) {
+	p, err := Compile([]Binding{{Policy: policy(map[string]any{"resourceType": "Patient", "criteria": "Patient?_id=%patient"})}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, _ := p.Filters("Patient", false)
+	if len(f) != 1 || f[0].Values[0].Code == "" && f[0].Values[0].Raw == "" {
+		t.Fatalf("a missing parameter must not widen the policy: %+v", f)
+	}
+}
+
+func TestWildcardAndBadCriteria(t *testing.T) {
+	p, _ := Compile([]Binding{{Policy: policy(map[string]any{"resourceType": "*"})}})
+	if !p.Allows("Observation") {
+		t.Fatal("wildcard")
+	}
+	if _, err := Compile([]Binding{{Policy: policy(map[string]any{"resourceType": "Patient", "criteria": "Observation?code=x"})}}); err == nil {
+		t.Fatal("criteria of another type must fail")
+	}
+	if _, err := Compile([]Binding{{Policy: policy(map[string]any{"resourceType": "Patient", "criteria": "Patient?nope=x"})}}); err == nil {
+		t.Fatal("unknown parameter must fail")
+	}
+}
