@@ -116,6 +116,22 @@ func (h *Handler) checkReadable(ctx context.Context, p *auth.Principal, typ, id 
 	return nil
 }
 
+// checkWritable answers 404 unless the caller's policy lets it write typ/id.
+func (h *Handler) checkWritable(ctx context.Context, p *auth.Principal, typ, id string) error {
+	filters, err := policyFilters(p, typ, true)
+	if err != nil || filters == nil {
+		return err
+	}
+	ok, err := matchesPolicy(ctx, h.store, p, typ, id, filters)
+	if err != nil {
+		return err
+	}
+	if !ok {
+		return fhir.ErrNotFound
+	}
+	return nil
+}
+
 // guardWrite runs a write under the caller's policy: the current resource
 // (when id is set) must match the writable criteria, and so must the result;
 // otherwise the write is rolled back. Without criteria the write runs as is.

@@ -60,17 +60,25 @@ func (h *Handler) registerBots(r *mux.Router) {
 
 func (h *Handler) deploy(w http.ResponseWriter, r *http.Request) {
 	p := auth.FromContext(r.Context())
-	if err := authorize(p, "Bot", actionUpdate); err != nil {
-		h.fail(w, r, err)
-		return
-	}
-	if err := authorize(p, "Binary", actionCreate); err != nil {
-		h.fail(w, r, err)
-		return
+	for _, check := range []struct {
+		typ string
+		a   action
+	}{{"Bot", actionUpdate}, {"Binary", actionCreate}} {
+		if err := authorize(p, check.typ, check.a); err != nil {
+			h.fail(w, r, err)
+			return
+		}
+		if err := authorizePolicy(p, check.typ, check.a); err != nil {
+			h.fail(w, r, err)
+			return
+		}
 	}
 	ctx := r.Context()
 	id := mux.Vars(r)["id"]
 	rec, err := h.store.Read(ctx, p.Scope(), "Bot", id)
+	if err == nil {
+		err = h.checkWritable(ctx, p, "Bot", id)
+	}
 	if err != nil {
 		h.fail(w, r, err)
 		return
@@ -252,12 +260,20 @@ func (h *Handler) module(ctx context.Context, project string, bot fhir.Resource)
 func (h *Handler) execute(w http.ResponseWriter, r *http.Request) {
 	p := auth.FromContext(r.Context())
 	ctx := r.Context()
+	// Whoever can read the Bot may execute it.
 	if err := authorize(p, "Bot", actionRead); err != nil {
+		h.fail(w, r, err)
+		return
+	}
+	if err := authorizePolicy(p, "Bot", actionRead); err != nil {
 		h.fail(w, r, err)
 		return
 	}
 	query := r.URL.Query()
 	rec, byIdentifier, err := h.findBot(ctx, p, mux.Vars(r)["id"], query.Get("identifier"))
+	if err == nil {
+		err = h.checkReadable(ctx, p, "Bot", rec.ID)
+	}
 	if err != nil {
 		h.fail(w, r, err)
 		return
