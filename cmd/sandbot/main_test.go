@@ -190,6 +190,17 @@ func start(t *testing.T, dataDir, databaseURL string) *running {
 	return nil
 }
 
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
 var credRE = regexp.MustCompile(`client id:\s+(\S+)\n\s+client secret:\s+(\S+)\n`)
 
 func token(t *testing.T, api, id, secret string) (int, string) {
@@ -251,7 +262,16 @@ func TestServeLifecycle(t *testing.T) {
 				inflight <- resp.StatusCode
 			}()
 			pw.Write([]byte(`{"resourceType":"Patient",`))
-			time.Sleep(300 * time.Millisecond) // the server is now reading the body
+			// Wait until the server is serving it (the in-flight gauge counts it).
+			waitFor(t, "the request to be in flight", func() bool {
+				resp, err := http.Get("http://" + first.ops + "/metrics")
+				if err != nil {
+					return false
+				}
+				defer resp.Body.Close()
+				b, _ := io.ReadAll(resp.Body)
+				return regexp.MustCompile(`(?m)^sandbot_http_requests_in_flight [1-9]`).Match(b)
+			})
 			first.cancel()
 			deadline := time.Now().Add(10 * time.Second)
 			for {

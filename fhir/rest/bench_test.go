@@ -178,12 +178,17 @@ func seededFixture(b *testing.B, be storetest.Backend) *fixture {
 	default:
 	}
 	f.seedTime = time.Since(start)
-	// Freshly loaded tables have no planner statistics: PostgreSQL gets them
-	// when autovacuum next runs, SQLite only when ANALYZE (or PRAGMA optimize)
-	// runs. Without them SQLite's planner walks every Patient in
-	// _lastUpdated order for a name search (~40 ms instead of ~0.5 ms).
-	if _, err := s.Store.DB().ExecContext(ctx, `ANALYZE`); err != nil {
-		b.Fatalf("analyze: %v", err)
+	// Freshly loaded tables have no planner statistics yet. Refresh them as
+	// the server itself would shortly: PostgreSQL's autovacuum runs ANALYZE;
+	// sqlstore runs SQLite's PRAGMA optimize every 10 minutes. Without them
+	// SQLite's planner walks every Patient in _lastUpdated order for a name
+	// search (~40 ms instead of ~0.5 ms).
+	stats := `ANALYZE`
+	if s.Backend == "sqlite" {
+		stats = `PRAGMA optimize=0x10002`
+	}
+	if _, err := s.Store.DB().ExecContext(ctx, stats); err != nil {
+		b.Fatalf("%s: %v", stats, err)
 	}
 	b.Logf("%s: seeded %d patients in %v", be.Name, benchPatients, f.seedTime)
 	fmt.Fprintf(os.Stderr, "seed %s: %d patients in %v (%.0f/s)\n", be.Name, benchPatients, f.seedTime, float64(benchPatients)/f.seedTime.Seconds())

@@ -272,6 +272,10 @@ func TestHistory(t *testing.T) {
 		if got := links(t, r)["self"]; got != s.URL+path+"/_history" {
 			t.Errorf("self link %q", got)
 		}
+		// Old versions stay readable after the deletion.
+		if r := c.Do("GET", path+"/_history/"+v1, nil, ""); r.Status != 200 || str(r.JSON(), "gender") != "female" {
+			t.Errorf("vread of v1 after delete: %d %s", r.Status, r.Body)
+		}
 		if got := entries(t, c.Do("GET", path+"/_history?_count=1", nil, "")); len(got) != 1 || str(got[0], "request", "method") != "DELETE" {
 			t.Errorf("history _count=1: %v", got)
 		}

@@ -45,6 +45,11 @@ func TestErrorsAndLimits(t *testing.T) {
 			r := c.Do(tc.method, tc.path, tc.body, tc.ct)
 			wantOutcome(t, tc.what, r, tc.status, tc.code, tc.text)
 		}
+		for _, ct := range []string{"application/fhir+json", "application/fhir+json; charset=utf-8", "application/json", "Application/JSON; charset=UTF-8", "application/scim+json"} {
+			if r := c.Do("POST", "fhir/R4/Patient", `{"resourceType":"Patient"}`, ct); r.Status != 201 {
+				t.Errorf("create as %q: %d %s", ct, r.Status, r.Body)
+			}
+		}
 		if r := c.Do("POST", "fhir/R4/Patient", justUnder, ""); r.Status != 201 {
 			t.Errorf("body just under 1 MiB: %d %.200s", r.Status, r.Body)
 		}

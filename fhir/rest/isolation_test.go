@@ -55,6 +55,27 @@ func TestIsolation(t *testing.T) {
 			t.Errorf("history has %d versions, want 1", n)
 		}
 
+		// meta.project and meta.author are the server's: a client cannot write
+		// into another project or as someone else.
+		spoof := b.Create(map[string]any{"resourceType": "Patient", "meta": map[string]any{"project": a.ProjectID, "author": map[string]any{"reference": a.Profile}}})
+		if str(spoof, "meta", "project") != b.ProjectID || str(spoof, "meta", "author", "reference") != b.Profile {
+			t.Errorf("create with a foreign meta.project: %v", spoof["meta"])
+		}
+		if r := a.Do("GET", "fhir/R4/Patient/"+str(spoof, "id"), nil, ""); r.Status != 404 {
+			t.Errorf("spoofed meta.project put the resource in A: %d", r.Status)
+		}
+		sid := str(spoof, "id")
+		moved := b.Do("PUT", "fhir/R4/Patient/"+sid, map[string]any{"resourceType": "Patient", "id": sid, "meta": map[string]any{"project": a.ProjectID}}, "")
+		if moved.Status != 200 || str(moved.JSON(), "meta", "project") != b.ProjectID {
+			t.Errorf("update with a foreign meta.project: %d %s", moved.Status, moved.Body)
+		}
+		if r := b.Do("PATCH", "fhir/R4/Patient/"+sid, `[{"op":"replace","path":"/meta/project","value":"`+a.ProjectID+`"}]`, jp); r.Status >= 500 || str(r.JSON(), "meta", "project") == a.ProjectID {
+			t.Errorf("patch of meta.project: %d %s", r.Status, r.Body)
+		}
+		if r := a.Do("GET", "fhir/R4/Patient/"+sid, nil, ""); r.Status != 404 {
+			t.Errorf("resource moved into A: %d", r.Status)
+		}
+
 		// References into another project are refused, on create, update and patch.
 		obs := func(ref string) map[string]any {
 			return map[string]any{"resourceType": "Observation", "status": "final", "code": map[string]any{"text": "x"}, "subject": map[string]any{"reference": ref}}

@@ -476,3 +476,96 @@ func TestSigningKeySurvivesRestart(t *testing.T) {
 		})
 	}
 }
+
+// TestAuthRateLimit: past the limit, /oauth2/token answers 429 with an
+// OperationOutcome (DECISIONS 16), while /auth/me and the FHIR API are not
+// limited.
+func TestAuthRateLimit(t *testing.T) {
+	servertest.ForEachBackend(t, func(t *testing.T, s *servertest.Server) {
+		c := s.NewProject(t, "limited") // one token request
+		good := url.Values{"grant_type": {"client_credentials"}, "client_id": {c.ClientID}, "client_secret": {c.Secret}}
+		for i := 0; i < 4; i++ {
+			if a := tokenRequest(t, s, good, nil); a.status != 200 {
+				t.Fatalf("request %d within the limit: %d %s", i+2, a.status, a.body)
+			}
+		}
+		a := tokenRequest(t, s, good, nil)
+		if a.status != 429 || a.header.Get("Retry-After") == "" || a.header.Get("RateLimit-Limit") != "5" {
+			t.Fatalf("over the limit: %d %v %s", a.status, a.header, a.body)
+		}
+		o := a.json(t)
+		issue, _ := o["issue"].([]any)
+		if o["resourceType"] != "OperationOutcome" || o["id"] != "too-many-requests" || len(issue) != 1 || get(issue[0], "code") != "throttled" {
+			t.Errorf("429 body %s", a.body)
+		}
+		for _, p := range []string{"auth/me", "fhir/R4/Patient"} {
+			if a := send(t, "GET", s.URL+p, "", map[string]string{"Authorization": "Bearer " + c.Token}); a.status != 200 {
+				t.Errorf("%s after the auth limit: %d", p, a.status)
+			}
+		}
+	}, func(cfg *server.Config) { cfg.AuthRateLimit = 5 })
+}
+
+// TestRevokedLogin: a token whose Login is revoked (or whose membership is
+// deactivated) stops working once the principal cache is dropped.
+func TestRevokedLogin(t *testing.T) {
+	servertest.ForEachBackend(t, func(t *testing.T, s *servertest.Server) {
+		c := s.NewProject(t, "revoke")
+		m := s.NewMember(t, c.ProjectID, "member", false)
+		ctx := context.Background()
+		_, claims := decodeJWT(t, c.Token)
+		loginID := claims["login_id"].(string)
+		bearer := func(tok string) map[string]string { return map[string]string{"Authorization": "Bearer " + tok} }
+		if a := send(t, "GET", s.URL+"fhir/R4/Patient", "", bearer(c.Token)); a.status != 200 {
+			t.Fatalf("before revocation: %d", a.status)
+		}
+		_, err := s.Store.Update(ctx, store.AllProjects, "Login", loginID, store.Write{Author: fhir.Reference{Reference: "system"}},
+			func(l fhir.Resource) (fhir.Resource, error) { l["revoked"] = true; return l, nil })
+		if err != nil {
+			t.Fatal(err)
+		}
+		// A deactivated membership ends its tokens and its Basic credentials.
+		mid := entryIDsOf(t, send(t, "GET", s.URL+"fhir/R4/ProjectMembership?profile="+m.Profile, "", bearer(c.Token)))
+		if len(mid) != 1 {
+			t.Fatalf("member's membership: %v", mid)
+		}
+		if _, err := s.Store.Update(ctx, store.AllProjects, "ProjectMembership", mid[0], store.Write{Author: fhir.Reference{Reference: "system"}},
+			func(r fhir.Resource) (fhir.Resource, error) { r["active"] = false; return r, nil }); err != nil {
+			t.Fatal(err)
+		}
+		s.Auth.Forget()
+		for what, h := range map[string]map[string]string{
+			"revoked login":         bearer(c.Token),
+			"inactive member token": bearer(m.Token),
+			"inactive member basic": {"Authorization": basic(m.ClientID, m.Secret)},
+		} {
+			if a := send(t, "GET", s.URL+"fhir/R4/Patient", "", h); a.status != 401 {
+				t.Errorf("%s: %d, want 401", what, a.status)
+			}
+		}
+		if a := tokenRequest(t, s, url.Values{"grant_type": {"client_credentials"}, "client_id": {m.ClientID}, "client_secret": {m.Secret}}, nil); a.status != 400 || a.json(t)["error_description"] != "Invalid client" {
+			t.Errorf("token for an inactive member: %d %s", a.status, a.body)
+		}
+		// A new login of the admin client works again.
+		if tok := s.Token(t, c.ClientID, c.Secret); send(t, "GET", s.URL+"fhir/R4/Patient", "", bearer(tok)).status != 200 {
+			t.Error("new login refused")
+		}
+	})
+}
+
+func entryIDsOf(t *testing.T, a answer) []string {
+	t.Helper()
+	var b struct {
+		Entry []struct {
+			Resource struct{ ID string } `json:"resource"`
+		} `json:"entry"`
+	}
+	if err := json.Unmarshal(a.body, &b); err != nil || a.status != 200 {
+		t.Fatalf("bundle: %d %s", a.status, a.body)
+	}
+	var out []string
+	for _, e := range b.Entry {
+		out = append(out, e.Resource.ID)
+	}
+	return out
+}

@@ -14,6 +14,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/jmoiron/sqlx"
@@ -41,6 +42,35 @@ type Store struct {
 	tx  *sqlx.Tx
 	log *slog.Logger
 	now func() time.Time
+	// stopOptimizer ends the SQLite statistics loop (nil for PostgreSQL).
+	stopOptimizer func()
+}
+
+// optimizeInterval is how often SQLite refreshes its planner statistics.
+const optimizeInterval = 10 * time.Minute
+
+// optimizeLoop keeps SQLite's planner statistics current, as SQLite
+// recommends for long-lived connections: without them its planner answers a
+// name search over 100,000 Patients by walking every Patient in _lastUpdated
+// order (~40 ms) instead of probing the name index (~0.5 ms). PostgreSQL's
+// autovacuum does this by itself.
+func (s *Store) optimizeLoop(stop <-chan struct{}) {
+	tick := time.NewTicker(optimizeInterval)
+	defer tick.Stop()
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		// 0x10002: analyze every table that would benefit, within SQLite's
+		// default analysis limit (cheap when nothing changed).
+		if _, err := s.db.ExecContext(ctx, `PRAGMA optimize=0x10002`); err != nil {
+			s.log.Warn("sqlite optimize", "err", err)
+		}
+		cancel()
+		select {
+		case <-stop:
+			return
+		case <-tick.C:
+		}
+	}
 }
 
 // Options tunes Open.
@@ -125,6 +155,11 @@ func Open(ctx context.Context, databaseURL string, opts Options) (*Store, error)
 			return nil, err
 		}
 	}
+	if dialect == SQLite {
+		stop := make(chan struct{})
+		s.stopOptimizer = sync.OnceFunc(func() { close(stop) })
+		go s.optimizeLoop(stop)
+	}
 	return s, nil
 }
 
@@ -138,7 +173,12 @@ func (s *Store) DB() *sql.DB { return s.db.DB }
 func (s *Store) Ping(ctx context.Context) error { return s.db.PingContext(ctx) }
 
 // Close closes the pool.
-func (s *Store) Close() error { return s.db.Close() }
+func (s *Store) Close() error {
+	if s.stopOptimizer != nil {
+		s.stopOptimizer()
+	}
+	return s.db.Close()
+}
 
 // InTx runs fn in one transaction. Nested calls join the outer transaction.
 func (s *Store) InTx(ctx context.Context, fn func(tx store.Store) error) error {
