@@ -99,26 +99,10 @@ func matchesPolicy(ctx context.Context, st store.Store, p *auth.Principal, typ, 
 	return len(res.Records) > 0, nil
 }
 
-// checkReadable answers 404 for a resource the caller's policy hides (its
-// existence is not revealed).
-func (h *Handler) checkReadable(ctx context.Context, p *auth.Principal, typ, id string) error {
-	filters, err := policyFilters(p, typ, false)
-	if err != nil || filters == nil {
-		return err
-	}
-	ok, err := matchesPolicy(ctx, h.store, p, typ, id, filters)
-	if err != nil {
-		return err
-	}
-	if !ok {
-		return fhir.ErrNotFound
-	}
-	return nil
-}
-
-// checkWritable answers 404 unless the caller's policy lets it write typ/id.
-func (h *Handler) checkWritable(ctx context.Context, p *auth.Principal, typ, id string) error {
-	filters, err := policyFilters(p, typ, true)
+// checkPolicy answers 404 for a resource the caller's policy does not let
+// it read (or, with write, write): its existence is not revealed.
+func (h *Handler) checkPolicy(ctx context.Context, p *auth.Principal, typ, id string, write bool) error {
+	filters, err := policyFilters(p, typ, write)
 	if err != nil || filters == nil {
 		return err
 	}

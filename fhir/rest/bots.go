@@ -68,16 +68,12 @@ func (h *Handler) deploy(w http.ResponseWriter, r *http.Request) {
 			h.fail(w, r, err)
 			return
 		}
-		if err := authorizePolicy(p, check.typ, check.a); err != nil {
-			h.fail(w, r, err)
-			return
-		}
 	}
 	ctx := r.Context()
 	id := mux.Vars(r)["id"]
 	rec, err := h.store.Read(ctx, p.Scope(), "Bot", id)
 	if err == nil {
-		err = h.checkWritable(ctx, p, "Bot", id)
+		err = h.checkPolicy(ctx, p, "Bot", id, true)
 	}
 	if err != nil {
 		h.fail(w, r, err)
@@ -265,14 +261,10 @@ func (h *Handler) execute(w http.ResponseWriter, r *http.Request) {
 		h.fail(w, r, err)
 		return
 	}
-	if err := authorizePolicy(p, "Bot", actionRead); err != nil {
-		h.fail(w, r, err)
-		return
-	}
 	query := r.URL.Query()
 	rec, byIdentifier, err := h.findBot(ctx, p, mux.Vars(r)["id"], query.Get("identifier"))
 	if err == nil {
-		err = h.checkReadable(ctx, p, "Bot", rec.ID)
+		err = h.checkPolicy(ctx, p, "Bot", rec.ID, false)
 	}
 	if err != nil {
 		h.fail(w, r, err)

@@ -131,6 +131,21 @@ func (h *Handler) fail(w http.ResponseWriter, r *http.Request, err error) {
 	httpx.WriteError(w, r, h.log, err)
 }
 
+// begin starts a resource handler: the caller, the {type} of the path and
+// the type-level authorization of the action. On failure it has answered.
+func (h *Handler) begin(w http.ResponseWriter, r *http.Request, a action) (*auth.Principal, string, bool) {
+	p := auth.FromContext(r.Context())
+	typ, err := resourceType(r)
+	if err == nil {
+		err = authorize(p, typ, a)
+	}
+	if err != nil {
+		h.fail(w, r, err)
+		return nil, "", false
+	}
+	return p, typ, true
+}
+
 // resourceType validates the {type} path segment.
 func resourceType(r *http.Request) (string, error) {
 	t := mux.Vars(r)["type"]
@@ -199,17 +214,12 @@ func (h *Handler) readJSONResource(r *http.Request, typ string) (fhir.Resource, 
 }
 
 func (h *Handler) create(w http.ResponseWriter, r *http.Request) {
-	p := auth.FromContext(r.Context())
-	typ, err := resourceType(r)
-	if err != nil {
-		h.fail(w, r, err)
-		return
-	}
-	if err := authorize(p, typ, actionCreate); err != nil {
-		h.fail(w, r, err)
+	p, typ, ok := h.begin(w, r, actionCreate)
+	if !ok {
 		return
 	}
 	var res fhir.Resource
+	var err error
 	if typ == "Binary" && !httpx.IsJSON(httpx.MediaType(r)) {
 		res, err = h.rawBinary(r)
 	} else {
@@ -274,19 +284,13 @@ func (h *Handler) rawBinary(r *http.Request) (fhir.Resource, error) {
 }
 
 func (h *Handler) read(w http.ResponseWriter, r *http.Request) {
-	p := auth.FromContext(r.Context())
-	typ, err := resourceType(r)
-	if err != nil {
-		h.fail(w, r, err)
-		return
-	}
-	if err := authorize(p, typ, actionRead); err != nil {
-		h.fail(w, r, err)
+	p, typ, ok := h.begin(w, r, actionRead)
+	if !ok {
 		return
 	}
 	rec, err := h.store.Read(r.Context(), p.Scope(), typ, mux.Vars(r)["id"])
 	if err == nil {
-		err = h.checkReadable(r.Context(), p, typ, rec.ID)
+		err = h.checkPolicy(r.Context(), p, typ, rec.ID, false)
 	}
 	if err != nil {
 		h.fail(w, r, err)
@@ -328,20 +332,14 @@ func (h *Handler) writeBinaryContent(w http.ResponseWriter, r *http.Request, rec
 }
 
 func (h *Handler) vread(w http.ResponseWriter, r *http.Request) {
-	p := auth.FromContext(r.Context())
-	typ, err := resourceType(r)
-	if err != nil {
-		h.fail(w, r, err)
-		return
-	}
-	if err := authorize(p, typ, actionRead); err != nil {
-		h.fail(w, r, err)
+	p, typ, ok := h.begin(w, r, actionRead)
+	if !ok {
 		return
 	}
 	v := mux.Vars(r)
 	rec, err := h.store.ReadVersion(r.Context(), p.Scope(), typ, v["id"], v["vid"])
 	if err == nil {
-		err = h.checkReadable(r.Context(), p, typ, v["id"])
+		err = h.checkPolicy(r.Context(), p, typ, v["id"], false)
 	}
 	if err != nil {
 		h.fail(w, r, err)
@@ -358,14 +356,8 @@ func ifMatch(r *http.Request) string {
 }
 
 func (h *Handler) update(w http.ResponseWriter, r *http.Request) {
-	p := auth.FromContext(r.Context())
-	typ, err := resourceType(r)
-	if err != nil {
-		h.fail(w, r, err)
-		return
-	}
-	if err := authorize(p, typ, actionUpdate); err != nil {
-		h.fail(w, r, err)
+	p, typ, ok := h.begin(w, r, actionUpdate)
+	if !ok {
 		return
 	}
 	id := mux.Vars(r)["id"]
@@ -407,14 +399,8 @@ func keepServerFields(cur, next fhir.Resource) fhir.Resource {
 }
 
 func (h *Handler) patch(w http.ResponseWriter, r *http.Request) {
-	p := auth.FromContext(r.Context())
-	typ, err := resourceType(r)
-	if err != nil {
-		h.fail(w, r, err)
-		return
-	}
-	if err := authorize(p, typ, actionUpdate); err != nil {
-		h.fail(w, r, err)
+	p, typ, ok := h.begin(w, r, actionUpdate)
+	if !ok {
 		return
 	}
 	if httpx.MediaType(r) != "application/json-patch+json" {
@@ -471,14 +457,8 @@ func applyPatch(cur fhir.Resource, ops jsonpatch.Patch) (fhir.Resource, error) {
 }
 
 func (h *Handler) delete(w http.ResponseWriter, r *http.Request) {
-	p := auth.FromContext(r.Context())
-	typ, err := resourceType(r)
-	if err != nil {
-		h.fail(w, r, err)
-		return
-	}
-	if err := authorize(p, typ, actionDelete); err != nil {
-		h.fail(w, r, err)
+	p, typ, ok := h.begin(w, r, actionDelete)
+	if !ok {
 		return
 	}
 	if _, err := h.guardWrite(r.Context(), p, typ, mux.Vars(r)["id"], func(st store.Store) (*store.Record, error) {
@@ -491,14 +471,8 @@ func (h *Handler) delete(w http.ResponseWriter, r *http.Request) {
 }
 
 func (h *Handler) history(w http.ResponseWriter, r *http.Request) {
-	p := auth.FromContext(r.Context())
-	typ, err := resourceType(r)
-	if err != nil {
-		h.fail(w, r, err)
-		return
-	}
-	if err := authorize(p, typ, actionRead); err != nil {
-		h.fail(w, r, err)
+	p, typ, ok := h.begin(w, r, actionRead)
+	if !ok {
 		return
 	}
 	req, err := fhir.ParseSearch(typ, "")
@@ -515,7 +489,7 @@ func (h *Handler) history(w http.ResponseWriter, r *http.Request) {
 	}
 	recs, err := h.store.History(r.Context(), p.Scope(), typ, mux.Vars(r)["id"], req.Count, req.Offset)
 	if err == nil {
-		err = h.checkReadable(r.Context(), p, typ, mux.Vars(r)["id"])
+		err = h.checkPolicy(r.Context(), p, typ, mux.Vars(r)["id"], false)
 	}
 	if err != nil {
 		h.fail(w, r, err)

@@ -6,7 +6,6 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/sandbot/sandbot/fhir"
-	"github.com/sandbot/sandbot/internal/auth"
 	"github.com/sandbot/sandbot/internal/httpx"
 )
 
@@ -34,14 +33,8 @@ func (h *Handler) searchPost(w http.ResponseWriter, r *http.Request) {
 }
 
 func (h *Handler) runSearch(w http.ResponseWriter, r *http.Request, rawQuery string) {
-	p := auth.FromContext(r.Context())
-	typ, err := resourceType(r)
-	if err != nil {
-		h.fail(w, r, err)
-		return
-	}
-	if err := authorize(p, typ, actionSearch); err != nil {
-		h.fail(w, r, err)
+	p, typ, ok := h.begin(w, r, actionSearch)
+	if !ok {
 		return
 	}
 	req, err := fhir.ParseSearch(typ, rawQuery)
