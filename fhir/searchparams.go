@@ -85,7 +85,6 @@ var SearchParams = []SearchParam{
 	{Code: "type", Type: TokenParam, Base: []string{"AuditEvent"}, Paths: []string{"type"}},
 	{Code: "outcome", Type: TokenParam, Base: []string{"AuditEvent"}, Paths: []string{"outcome"}},
 	{Code: "date", Type: DateParam, Base: []string{"AuditEvent"}, Paths: []string{"recorded"}},
-	{Code: "agent", Type: ReferenceParam, Base: []string{"AuditEvent"}, Paths: []string{"agent.who"}},
 
 	{Code: "url", Type: StringParam, Base: []string{"Binary"}, Paths: []string{"url"}},
 }

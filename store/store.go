@@ -89,6 +89,10 @@ type SearchResult struct {
 type Store interface {
 	// Create stores a new resource with a new id (or w.ID) in w.Project.
 	Create(ctx context.Context, res fhir.Resource, w Write) (*Record, error)
+	// CreateMany creates many resources (new ids) in w.Project in one
+	// transaction, with as few statements as the database allows: for
+	// high-volume writes such as execution audit events.
+	CreateMany(ctx context.Context, resources []fhir.Resource, w Write) error
 	// Read returns the current version: fhir.ENotFound when absent or outside
 	// the scope, fhir.EGone (with the deletion Record) when deleted.
 	Read(ctx context.Context, scope Scope, resourceType, id string) (*Record, error)

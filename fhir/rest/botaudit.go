@@ -78,11 +78,16 @@ func newAuditWriter(s store.Store, log *slog.Logger, m *botMetrics) *auditWriter
 // the writer from competing with executions for the database under load.
 const auditBatch = 256
 
+// auditWindow is how long a batch may wait for more events: under load the
+// batches fill up, and a lone execution's event is written within it.
+const auditWindow = 20 * time.Millisecond
+
 func (a *auditWriter) run() {
 	defer close(a.done)
 	batch := make([]auditEntry, 0, auditBatch)
 	for e := range a.ch {
 		batch = append(batch[:0], e)
+		window := time.NewTimer(auditWindow)
 	fill:
 		for len(batch) < auditBatch {
 			select {
@@ -91,14 +96,19 @@ func (a *auditWriter) run() {
 					break fill
 				}
 				batch = append(batch, more)
-			default:
+			case <-window.C:
 				break fill
 			}
 		}
+		window.Stop()
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		err := a.store.InTx(ctx, func(tx store.Store) error {
+			byProject := map[string][]fhir.Resource{}
 			for _, e := range batch {
-				if _, err := tx.Create(ctx, e.event, store.Write{Project: e.project, Author: fhir.Reference{Reference: "system"}}); err != nil {
+				byProject[e.project] = append(byProject[e.project], e.event)
+			}
+			for project, events := range byProject {
+				if err := tx.CreateMany(ctx, events, store.Write{Project: project, Author: fhir.Reference{Reference: "system"}}); err != nil {
 					return err
 				}
 			}

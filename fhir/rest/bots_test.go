@@ -10,7 +10,7 @@ import (
 	"github.com/sandbot/sandbot/internal/servertest"
 )
 
-func readWasm(t *testing.T, path string) []byte {
+func readWasm(t testing.TB, path string) []byte {
 	t.Helper()
 	b, err := os.ReadFile(path)
 	if err != nil {

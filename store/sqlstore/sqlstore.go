@@ -40,7 +40,10 @@ type Store struct {
 	// q runs queries: the pool, or the transaction of a store made by InTx.
 	q   sqlx.ExtContext
 	tx  *sqlx.Tx
-	log *slog.Logger
+	// prepared holds statements prepared once on the pool, shared by the
+	// copies of the store that transactions make.
+	prepared *preparedStmts
+	log      *slog.Logger
 	now func() time.Time
 	// stopOptimizer ends the SQLite statistics loop (nil for PostgreSQL).
 	stopOptimizer func()
@@ -142,7 +145,7 @@ func Open(ctx context.Context, databaseURL string, opts Options) (*Store, error)
 		db.SetMaxOpenConns(8)
 		db.SetMaxIdleConns(8)
 	}
-	s := &Store{db: db, dialect: dialect, q: db, log: log, now: time.Now}
+	s := &Store{db: db, dialect: dialect, q: db, log: log, now: time.Now, prepared: &preparedStmts{}}
 	pingCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	if err := db.PingContext(pingCtx); err != nil {
@@ -163,6 +166,20 @@ func Open(ctx context.Context, databaseURL string, opts Options) (*Store, error)
 	return s, nil
 }
 
+type preparedStmts struct {
+	once sync.Once
+	read *sqlx.Stmt
+	err  error
+}
+
+// readStmt is readRowSQL prepared on the pool, on first use (after the
+// migrations have made the table).
+func (s *Store) readStmt(ctx context.Context) (*sqlx.Stmt, error) {
+	p := s.prepared
+	p.once.Do(func() { p.read, p.err = s.db.PreparexContext(ctx, s.rebind(readRowSQL)) })
+	return p.read, p.err
+}
+
 // Dialect is the store's dialect.
 func (s *Store) Dialect() Dialect { return s.dialect }
 
@@ -176,6 +193,9 @@ func (s *Store) Ping(ctx context.Context) error { return s.db.PingContext(ctx) }
 func (s *Store) Close() error {
 	if s.stopOptimizer != nil {
 		s.stopOptimizer()
+	}
+	if st := s.prepared.read; st != nil {
+		st.Close()
 	}
 	return s.db.Close()
 }

@@ -36,6 +36,7 @@ func Run(t *testing.T, newStore func(t *testing.T) store.Store) {
 		{"KeyValueFirstWins", testKeyValue},
 		{"ConcurrentUpdates", testConcurrentUpdates},
 		{"LockSerialisesCheckThenCreate", testLock},
+		{"CreateManyIsOneWrite", testCreateMany},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) { tc.fn(t, newStore(t)) })
@@ -484,4 +485,43 @@ func testLock(t *testing.T, s store.Store) {
 	if err := s.Lock(ctx, "x"); err == nil {
 		t.Error("Lock outside a transaction must fail")
 	}
+}
+
+func testCreateMany(t *testing.T, s store.Store) {
+	ctx := context.Background()
+	var list []fhir.Resource
+	for i := 0; i < 1200; i++ { // more rows than one statement's parameter limit allows
+		list = append(list, res(t, fmt.Sprintf(`{"resourceType":"AuditEvent","recorded":"2024-01-01T00:00:%02d.000Z","outcome":"0","entity":[{"what":{"reference":"Bot/many"}}],"type":{"code":"execute"}}`, i%60)))
+	}
+	if err := s.CreateMany(ctx, list, store.Write{Project: "p1", Author: fhir.Reference{Reference: "system"}}); err != nil {
+		t.Fatal(err)
+	}
+	got := search(t, s, store.ProjectScope("p1"), "AuditEvent", "entity=Bot/many&_total=accurate&_count=1")
+	if got.Total == nil || *got.Total != 1200 {
+		t.Fatalf("searchable events: %v", got.Total)
+	}
+	rec, err := s.Read(ctx, store.ProjectScope("p1"), "AuditEvent", list[7].ID())
+	if err != nil || !strings.Contains(string(rec.JSON), `"versionId"`) {
+		t.Fatalf("read back: %v %s", err, rec.JSON)
+	}
+	if h, err := s.History(ctx, store.ProjectScope("p1"), "AuditEvent", list[7].ID(), 5, 0); err != nil || len(h) != 1 {
+		t.Errorf("history: %d %v", len(h), err)
+	}
+	expectIDs(t, s, store.ProjectScope("p1"), "AuditEvent", "date=2024-01-01T00:00:07Z&entity=Bot/many&_count=100", idsOfSecond(list, 7)...)
+	// All or nothing: a failing batch leaves no row.
+	bad := []fhir.Resource{res(t, `{"resourceType":"Basic","code":{"text":"ok"}}`), res(t, `{"resourceType":"Basic","subject":{"reference":"Patient/missing"}}`)}
+	if err := s.CreateMany(ctx, bad, store.Write{Project: "p2", CheckReferences: true}); !fhir.IsCode(err, fhir.EInvalid) {
+		t.Errorf("bad batch: %v", err)
+	}
+	expectIDs(t, s, store.ProjectScope("p2"), "Basic", "")
+}
+
+func idsOfSecond(list []fhir.Resource, second int) []string {
+	var out []string
+	for i, r := range list {
+		if i%60 == second {
+			out = append(out, r.ID())
+		}
+	}
+	return out
 }
