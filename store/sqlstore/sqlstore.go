@@ -38,13 +38,13 @@ type Store struct {
 	db      *sqlx.DB
 	dialect Dialect
 	// q runs queries: the pool, or the transaction of a store made by InTx.
-	q   sqlx.ExtContext
-	tx  *sqlx.Tx
+	q  sqlx.ExtContext
+	tx *sqlx.Tx
 	// prepared holds statements prepared once on the pool, shared by the
 	// copies of the store that transactions make.
 	prepared *preparedStmts
 	log      *slog.Logger
-	now func() time.Time
+	now      func() time.Time
 	// stopOptimizer ends the SQLite statistics loop (nil for PostgreSQL).
 	stopOptimizer func()
 }
