@@ -25,16 +25,18 @@ TOKEN=$(curl -s -u "$ID:$SECRET" -d grant_type=client_credentials $B/oauth2/toke
 export TOKEN
 auth=(-H "Authorization: Bearer $TOKEN")
 
-deploy() { # name wasm -> bot id
-  local id
-  id=$(curl -s "${auth[@]}" -H 'Content-Type: application/fhir+json' -d "{\"resourceType\":\"Bot\",\"name\":\"$1\"}" $B/fhir/R4/Bot | python3 -c 'import json,sys; print(json.load(sys.stdin)["id"])')
+deploy() { # name wasm [auditEventTrigger] -> bot id
+  local id trigger=""
+  [ -n "${3:-}" ] && trigger=",\"auditEventTrigger\":\"$3\""
+  id=$(curl -s "${auth[@]}" -H 'Content-Type: application/fhir+json' -d "{\"resourceType\":\"Bot\",\"name\":\"$1\"$trigger}" $B/fhir/R4/Bot | python3 -c 'import json,sys; print(json.load(sys.stdin)["id"])')
   curl -sf "${auth[@]}" -H 'Content-Type: application/wasm' --data-binary @"$2" "$B/fhir/R4/Bot/$id/\$deploy" >/dev/null
   echo "$id"
 }
 ECHO=$(deploy c-echo examples/c-echo/c-echo.wasm)
+ECHO_QUIET=$(deploy c-echo examples/c-echo/c-echo.wasm on-error)
 HELLO=$(deploy hello examples/hello/hello.wasm)
 
-run() { # label url
+run() { # label url   (CONNS connections)
   echo "== $1"
   : >"$work/server.log"
   wrk -t1 -c"$CONNS" -d"$DUR" --latency -s bench/bots/post.lua "$2" | grep -E 'Requests/sec|50%|99%|Non-2xx' || true
@@ -45,9 +47,17 @@ wrk -t1 -c2 -d2s -s bench/bots/post.lua "$B/fhir/R4/Bot/$HELLO/\$execute" >/dev/
 
 run "sandbot c-echo (C, reactor)" "$B/fhir/R4/Bot/$ECHO/\$execute"
 python3 bench/bots/latency.py "$work/server.log" '$execute'
+run "sandbot c-echo, auditEventTrigger=on-error (no AuditEvent per success)" "$B/fhir/R4/Bot/$ECHO_QUIET/\$execute"
+python3 bench/bots/latency.py "$work/server.log" '$execute'
+CONNS=2 run "sandbot c-echo at 2 connections (latency at moderate load)" "$B/fhir/R4/Bot/$ECHO/\$execute"
+python3 bench/bots/latency.py "$work/server.log" '$execute'
 run "sandbot hello (Go SDK)" "$B/fhir/R4/Bot/$HELLO/\$execute"
 python3 bench/bots/latency.py "$work/server.log" '$execute'
 
 node bench/bots/node-vm-peer.mjs 18120 echo 2>/dev/null &
 sleep 1
 TOKEN= run "node vm.runInNewContext peer (echo)" "http://127.0.0.1:18120/"
+kill %% 2>/dev/null || true
+node bench/bots/node-vm-peer.mjs 18121 hello 2>/dev/null &
+sleep 1
+TOKEN= run "node vm.runInNewContext peer (hello)" "http://127.0.0.1:18121/"

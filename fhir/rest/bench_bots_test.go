@@ -11,14 +11,24 @@ import (
 )
 
 // BenchmarkExecuteCEcho is one $execute of the C echo example through the
-// real HTTP server (auth, bot lookup, event, sandbox, answer), per backend.
+// real HTTP server (auth, bot lookup, event, sandbox, answer), per backend,
+// with an AuditEvent written for every execution (the default) and only for
+// failures (auditEventTrigger on-error).
 func BenchmarkExecuteCEcho(b *testing.B) {
 	wasm := readWasm(b, "../../examples/c-echo/c-echo.wasm")
 	for _, be := range storetest.Backends(b) {
-		b.Run(be.Name, func(b *testing.B) {
+		for _, trigger := range []string{"always", "on-error"} {
+			b.Run(be.Name+"/audit-"+trigger, func(b *testing.B) { benchExecute(b, be, wasm, trigger) })
+		}
+	}
+}
+
+func benchExecute(b *testing.B, be storetest.Backend, wasm []byte, trigger string) {
+	{
+		{
 			s := servertest.Start(b, be)
 			c := s.NewProject(b, "bench-bots")
-			bot := map[string]any{"resourceType": "Bot", "name": "echo"}
+			bot := map[string]any{"resourceType": "Bot", "name": "echo", "auditEventTrigger": trigger}
 			id := c.Create(bot)["id"].(string)
 			if r := c.Do("POST", "fhir/R4/Bot/"+id+"/$deploy", wasm, "application/wasm"); r.Status != 200 {
 				b.Fatalf("deploy: %d %s", r.Status, r.Body)
@@ -43,6 +53,6 @@ func BenchmarkExecuteCEcho(b *testing.B) {
 					}
 				}
 			})
-		})
+		}
 	}
 }

@@ -270,7 +270,7 @@ func (h *Handler) execute(w http.ResponseWriter, r *http.Request) {
 		h.fail(w, r, err)
 		return
 	}
-	bot, err := rec.Resource()
+	bot, err := h.parsed.resource(rec)
 	if err != nil {
 		h.fail(w, r, err)
 		return
@@ -370,7 +370,7 @@ func (h *Handler) botProject(ctx context.Context, project string, bot fhir.Resou
 	if err != nil {
 		return nil, err
 	}
-	pr, err := prec.Resource()
+	pr, err := h.parsed.resource(prec)
 	if err != nil {
 		return nil, err
 	}

@@ -55,6 +55,7 @@ type Handler struct {
 	internal *mux.Router
 	metrics  *botMetrics
 	audits   *auditWriter
+	parsed   parsedCache
 }
 
 // New builds the handler.
