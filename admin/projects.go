@@ -147,7 +147,7 @@ func (s *Service) ReplaceProjectList(ctx context.Context, c Caller, id, field st
 			return nil, fhir.Invalid("Each entry needs a name", field+"["+itoa(i)+"].name")
 		}
 	}
-	return s.Store.Update(ctx, store.AllProjects, "Project", id, store.Write{Author: c.author()}, func(cur fhir.Resource) (fhir.Resource, error) {
+	rec, err := s.Store.Update(ctx, store.AllProjects, "Project", id, store.Write{Author: c.author()}, func(cur fhir.Resource) (fhir.Resource, error) {
 		if len(value) == 0 {
 			delete(cur, field)
 		} else {
@@ -155,6 +155,10 @@ func (s *Service) ReplaceProjectList(ctx context.Context, c Caller, id, field st
 		}
 		return cur, nil
 	})
+	if err == nil {
+		s.changed()
+	}
+	return rec, err
 }
 
 // CreateClient creates a ClientApplication with a generated secret and its

@@ -42,8 +42,9 @@ type Service struct {
 	Log     *slog.Logger
 	// SuperProjectID is the super-admin project, which keeps server-scoped Users.
 	SuperProjectID string
-	// Changed is called after a membership change (the authenticator's
-	// cache is dropped so the change applies at once in this process).
+	// Changed is called after a membership or project change (the caches of
+	// logins and of bots' projects are dropped so that the change applies at
+	// once in this process).
 	Changed func()
 	// MailFailed is called when an invitation could not be sent (a metric).
 	MailFailed func()

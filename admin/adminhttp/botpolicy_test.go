@@ -38,3 +38,24 @@ func TestAccessPolicyOnBots(t *testing.T) {
 		}
 	})
 }
+
+// A project setting changed through the admin API applies to the very next
+// execution (the bots' project cache is dropped in this process).
+func TestBotsSettingAppliesAtOnce(t *testing.T) {
+	echo, err := os.ReadFile("../../examples/c-echo/c-echo.wasm")
+	if err != nil {
+		t.Fatal(err)
+	}
+	servertest.ForEachBackend(t, func(t *testing.T, s *servertest.Server) {
+		a := s.NewProject(t, "bots-setting")
+		ca := as(t, s, a.Token)
+		bot := expect(t, ca.do("POST", "fhir/R4/Bot", map[string]any{"resourceType": "Bot", "name": "echo"}, ""), 201, "bot")
+		expect(t, ca.do("POST", "fhir/R4/Bot/"+id(bot)+"/$deploy", echo, "application/wasm"), 200, "deploy")
+		expect(t, ca.do("POST", "fhir/R4/Bot/"+id(bot)+"/$execute", "on", "text/plain"), 200, "bots on")
+		off := []any{map[string]any{"name": "bots", "valueBoolean": false}}
+		expect(t, ca.do("POST", "admin/projects/"+a.ProjectID+"/settings", off, "application/json"), 200, "settings")
+		if r := ca.do("POST", "fhir/R4/Bot/"+id(bot)+"/$execute", "off", "text/plain"); r.Status != 400 || r.Issue() != "Bots not enabled" {
+			t.Errorf("after bots=false: %d %s", r.Status, r.Body)
+		}
+	})
+}

@@ -361,14 +361,20 @@ func (h *Handler) findBot(ctx context.Context, p *auth.Principal, id, identifier
 	return nil, false, fhir.Errorf(fhir.ENotFound, "No bot found with identifier %s", identifier)
 }
 
-// botProject loads the bot's project and checks that it may run bots.
+// botProject loads the bot's project and checks that it may run bots. The
+// project is re-read at most every projectTTL: its settings and secrets
+// reach executions within that time, while the Bot itself is read fresh.
 func (h *Handler) botProject(ctx context.Context, project string, bot fhir.Resource) (fhir.Resource, error) {
 	if err := checkRuntimeVersion(bot); err != nil {
 		return nil, err
 	}
-	prec, err := h.store.Read(ctx, store.AllProjects, "Project", project)
-	if err != nil {
-		return nil, err
+	prec := h.projects.get(project)
+	if prec == nil {
+		var err error
+		if prec, err = h.store.Read(ctx, store.AllProjects, "Project", project); err != nil {
+			return nil, err
+		}
+		h.projects.put(project, prec, projectTTL)
 	}
 	pr, err := h.parsed.resource(prec)
 	if err != nil {

@@ -37,7 +37,9 @@ func updateProject(t *testing.T, s *servertest.Server, projectID string, fn func
 	if err != nil {
 		t.Fatal(err)
 	}
+	// Written behind the server's back: tell it, as the admin use-cases do.
 	s.Auth.Forget()
+	s.FHIR.Forget()
 }
 
 func TestBotEventAndEnvelopes(t *testing.T) {

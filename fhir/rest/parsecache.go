@@ -2,6 +2,7 @@ package rest
 
 import (
 	"sync"
+	"time"
 
 	"github.com/sandbot/sandbot/fhir"
 	"github.com/sandbot/sandbot/store"
@@ -42,4 +43,38 @@ func (c *parsedCache) resource(rec *store.Record) (fhir.Resource, error) {
 	c.m[rec.ID] = parsedEntry{version: rec.VersionID, res: res}
 	c.mu.Unlock()
 	return res, nil
+}
+
+// recentRecords keeps records read shortly before, for reads where a bound
+// staleness is acceptable: a bot's Project (its settings and secrets) is
+// reused for projectTTL, so a change reaches executions within that time.
+type recentRecords struct {
+	mu sync.Mutex
+	m  map[string]recentEntry
+}
+
+type recentEntry struct {
+	rec     *store.Record
+	expires time.Time
+}
+
+const projectTTL = time.Second
+
+func (c *recentRecords) get(key string) *store.Record {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	e, ok := c.m[key]
+	if !ok || time.Now().After(e.expires) {
+		return nil
+	}
+	return e.rec
+}
+
+func (c *recentRecords) put(key string, rec *store.Record, ttl time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.m == nil || len(c.m) >= parsedCacheMax {
+		c.m = make(map[string]recentEntry, 64)
+	}
+	c.m[key] = recentEntry{rec: rec, expires: time.Now().Add(ttl)}
 }

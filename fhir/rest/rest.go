@@ -56,6 +56,7 @@ type Handler struct {
 	metrics  *botMetrics
 	audits   *auditWriter
 	parsed   parsedCache
+	projects recentRecords
 }
 
 // New builds the handler.
@@ -75,6 +76,20 @@ func New(cfg Config) *Handler {
 	h := &Handler{cfg: cfg, store: cfg.Store, log: cfg.Log, base: cfg.BaseURL + "fhir/R4/", metrics: newBotMetrics(cfg.Registerer)}
 	h.audits = newAuditWriter(cfg.Store, cfg.Log, h.metrics)
 	return h
+}
+
+// Forget drops what the handler keeps of projects, after a change made in
+// this process (other replicas see it within projectTTL).
+func (h *Handler) Forget() {
+	h.projects.mu.Lock()
+	h.projects.m = nil
+	h.projects.mu.Unlock()
+}
+
+func (h *Handler) forgetIfProject(typ string) {
+	if typ == "Project" {
+		h.Forget()
+	}
 }
 
 // Close flushes pending audit events.
@@ -382,6 +397,7 @@ func (h *Handler) update(w http.ResponseWriter, r *http.Request) {
 		h.fail(w, r, err)
 		return
 	}
+	h.forgetIfProject(typ)
 	h.writeRecord(w, http.StatusOK, rec, p)
 }
 
@@ -431,6 +447,7 @@ func (h *Handler) patch(w http.ResponseWriter, r *http.Request) {
 		h.fail(w, r, err)
 		return
 	}
+	h.forgetIfProject(typ)
 	h.writeRecord(w, http.StatusOK, rec, p)
 }
 
@@ -468,6 +485,7 @@ func (h *Handler) delete(w http.ResponseWriter, r *http.Request) {
 		h.fail(w, r, err)
 		return
 	}
+	h.forgetIfProject(typ)
 	httpx.WriteOutcome(w, r, http.StatusOK, fhir.AllOK())
 }
 

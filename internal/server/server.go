@@ -118,7 +118,7 @@ func New(ctx context.Context, cfg Config, st store.Store, reg *prometheus.Regist
 	})
 	reg.MustRegister(inviteMailFailures)
 	s.Admin = &admin.Service{Store: st, Mail: mailer, BaseURL: cfg.BaseURL, Log: log, SuperProjectID: boot.ProjectID,
-		Changed: s.Auth.Forget, MailFailed: inviteMailFailures.Inc}
+		Changed: func() { s.Auth.Forget(); s.FHIR.Forget() }, MailFailed: inviteMailFailures.Inc}
 	adminAPI := adminhttp.New(s.Admin, s.Auth, cfg.BaseURL, cfg.Limits.JSONBytes, log)
 	s.FHIR.AddRoutes(adminAPI.RegisterFHIR)
 
