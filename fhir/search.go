@@ -29,6 +29,10 @@ type SearchRequest struct {
 	Sort         []SortRule
 	// Total is "", "none", "estimate" or "accurate".
 	Total string
+	// AnyOf restricts the search beyond Filters: a resource must match every
+	// filter of at least one group (an access policy's criteria, one group
+	// per policy entry). Empty means no restriction. Never set from a query.
+	AnyOf [][]Filter
 }
 
 // Filter is one parameter of a search.

@@ -63,10 +63,12 @@ func authorize(p *auth.Principal, typ string, a action) error {
 	return nil
 }
 
-// policyFilters are the caller's access-policy filters for a type: nil when
-// nothing restricts it; fhir.ErrForbidden when the policy does not grant it.
-// Admin and server types are decided by authorize alone.
-func policyFilters(p *auth.Principal, typ string, write bool) ([]fhir.Filter, error) {
+// policyFilters are the caller's access-policy restriction of a type, as
+// groups of filters of which a resource must match one (see
+// fhir.SearchRequest.AnyOf): nil when nothing restricts it;
+// fhir.ErrForbidden when the policy does not grant it. Admin and server
+// types are decided by authorize alone.
+func policyFilters(p *auth.Principal, typ string, write bool) ([][]fhir.Filter, error) {
 	if p == nil || p.Access == nil || p.SuperAdmin || adminTypes[typ] || serverTypes[typ] {
 		return nil, nil
 	}
@@ -86,12 +88,12 @@ func authorizePolicy(p *auth.Principal, typ string, a action) error {
 // matchesPolicy reports whether typ/id satisfies the filters, by searching
 // for it with them (so that the criteria are evaluated exactly as searches
 // evaluate them).
-func matchesPolicy(ctx context.Context, st store.Store, p *auth.Principal, typ, id string, filters []fhir.Filter) (bool, error) {
+func matchesPolicy(ctx context.Context, st store.Store, p *auth.Principal, typ, id string, groups [][]fhir.Filter) (bool, error) {
 	req, err := fhir.ParseSearch(typ, "_id="+url.QueryEscape(id)+"&_count=1")
 	if err != nil {
 		return false, err
 	}
-	req.Filters = append(req.Filters, filters...)
+	req.AnyOf = groups
 	res, err := st.Search(ctx, p.Scope(), req)
 	if err != nil {
 		return false, err

@@ -42,13 +42,12 @@ func (h *Handler) runSearch(w http.ResponseWriter, r *http.Request, rawQuery str
 		h.fail(w, r, err)
 		return
 	}
-	// The access policy's criteria restrict the search (ANDed filters).
-	extra, err := policyFilters(p, typ, false)
+	// The access policy's criteria restrict the search.
+	req.AnyOf, err = policyFilters(p, typ, false)
 	if err != nil {
 		h.fail(w, r, err)
 		return
 	}
-	req.Filters = append(req.Filters, extra...)
 	res, err := h.store.Search(r.Context(), p.Scope(), req)
 	if err != nil {
 		h.fail(w, r, err)

@@ -9,9 +9,9 @@
 // the membership's access[].parameter values (e.g. %patient). Several
 // policies on one membership are unioned.
 //
-// Known limit: when several entries with criteria match one type, the store
-// cannot OR them, so the first such entry (in policy order) is the one
-// enforced; an entry without criteria for the type wins over all of them.
+// Several entries with criteria for one type are ORed (a resource matching
+// any of them is visible); an entry without criteria for the type grants the
+// whole type.
 package access
 
 import (
@@ -156,14 +156,15 @@ func (p *Policy) CanWrite(typ string) bool {
 	return false
 }
 
-// Filters returns the extra search filters for the type (nil: no
-// restriction) and whether the type is allowed at all. When write is true
-// only writable entries count.
-func (p *Policy) Filters(typ string, write bool) ([]fhir.Filter, bool) {
+// Filters returns the restriction of the type as groups of filters, one
+// group per matching entry with criteria: a resource is visible when it
+// matches every filter of at least one group (nil: no restriction). ok is
+// false when the type is not allowed at all. When write is true only
+// writable entries count.
+func (p *Policy) Filters(typ string, write bool) (groups [][]fhir.Filter, ok bool) {
 	if p == nil {
 		return nil, true
 	}
-	var first *Entry
 	allowed := false
 	for _, e := range p.matching(typ) {
 		if write && e.Readonly {
@@ -173,19 +174,18 @@ func (p *Policy) Filters(typ string, write bool) ([]fhir.Filter, bool) {
 		if e.Criteria == nil {
 			return nil, true
 		}
-		if first == nil {
-			e := e
-			first = &e
+		// A "*" entry's criteria names one type; it restricts only that type.
+		if e.Criteria.ResourceType == typ {
+			groups = append(groups, e.Criteria.Filters)
 		}
 	}
 	if !allowed {
 		return nil, false
 	}
-	// A "*" entry's criteria names one type; it restricts only that type.
-	if first.Criteria.ResourceType != typ {
-		return []fhir.Filter{noMatch(typ)}, true
+	if len(groups) == 0 {
+		return [][]fhir.Filter{{noMatch(typ)}}, true
 	}
-	return first.Criteria.Filters, true
+	return groups, true
 }
 
 // noMatch is a filter no resource satisfies.

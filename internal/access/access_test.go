@@ -26,13 +26,13 @@ func TestCompileAndFilters(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	f, ok := p.Filters("Patient", false)
-	if !ok || len(f) != 1 || f[0].Param.Code != "_id" || f[0].Values[0].Code != "p1" {
-		t.Fatalf("Patient filters: %+v %v", f, ok)
+	g, ok := p.Filters("Patient", false)
+	if !ok || len(g) != 1 || len(g[0]) != 1 || g[0][0].Param.Code != "_id" || g[0][0].Values[0].Code != "p1" {
+		t.Fatalf("Patient filters: %+v %v", g, ok)
 	}
-	f, ok = p.Filters("Observation", false)
-	if !ok || len(f) != 1 || f[0].Values[0].Code != "Patient/p1" {
-		t.Fatalf("Observation filters: %+v", f)
+	g, ok = p.Filters("Observation", false)
+	if !ok || len(g) != 1 || g[0][0].Values[0].Code != "Patient/p1" {
+		t.Fatalf("Observation filters: %+v", g)
 	}
 	if _, ok := p.Filters("Observation", true); ok {
 		t.Fatal("readonly entry allows writes")
@@ -54,9 +54,9 @@ func TestMissingParameterMatchesNothing(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	f, _ := p.Filters("Patient", false)
-	if len(f) != 1 || f[0].Values[0].Code == "" && f[0].Values[0].Raw == "" {
-		t.Fatalf("a missing parameter must not widen the policy: %+v", f)
+	g, _ := p.Filters("Patient", false)
+	if len(g) != 1 || g[0][0].Values[0].Code == "" && g[0][0].Values[0].Raw == "" {
+		t.Fatalf("a missing parameter must not widen the policy: %+v", g)
 	}
 }
 
@@ -70,5 +70,24 @@ func TestWildcardAndBadCriteria(t *testing.T) {
 	}
 	if _, err := Compile([]Binding{{Policy: policy(map[string]any{"resourceType": "Patient", "criteria": "Patient?nope=x"})}}); err == nil {
 		t.Fatal("unknown parameter must fail")
+	}
+}
+
+func TestEntriesForOneTypeAreORed(t *testing.T) {
+	p, err := Compile([]Binding{{
+		Policy: policy(
+			map[string]any{"resourceType": "Patient", "criteria": "Patient?_id=%patient"},
+			map[string]any{"resourceType": "Patient", "readonly": true, "criteria": "Patient?gender=female"},
+		),
+		Params: map[string]string{"patient": "Patient/p1"},
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if g, ok := p.Filters("Patient", false); !ok || len(g) != 2 || g[1][0].Param.Code != "gender" {
+		t.Fatalf("read groups: %+v", g)
+	}
+	if g, ok := p.Filters("Patient", true); !ok || len(g) != 1 || g[0][0].Param.Code != "_id" {
+		t.Fatalf("write groups (readonly entry left out): %+v", g)
 	}
 }

@@ -44,6 +44,27 @@ func (s *Store) Search(ctx context.Context, scope store.Scope, req *fhir.SearchR
 			return nil, err
 		}
 	}
+	if len(req.AnyOf) > 0 {
+		var ors []string
+		var args []any
+		for _, group := range req.AnyOf {
+			g := &query{}
+			for _, f := range group {
+				if err := addFilter(g, req.ResourceType, f, projects); err != nil {
+					return nil, err
+				}
+			}
+			if len(g.where) == 0 { // a group without filters lets everything through
+				ors = nil
+				break
+			}
+			ors = append(ors, "("+strings.Join(g.where, " AND ")+")")
+			args = append(args, g.args...)
+		}
+		if ors != nil {
+			q.add("("+strings.Join(ors, " OR ")+")", args...)
+		}
+	}
 	where := strings.Join(q.where, " AND ")
 	res := &store.SearchResult{}
 	if req.Total == "accurate" || req.Total == "estimate" {

@@ -37,6 +37,7 @@ func Run(t *testing.T, newStore func(t *testing.T) store.Store) {
 		{"ConcurrentUpdates", testConcurrentUpdates},
 		{"LockSerialisesCheckThenCreate", testLock},
 		{"CreateManyIsOneWrite", testCreateMany},
+		{"AnyOfGroups", testAnyOf},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) { tc.fn(t, newStore(t)) })
@@ -524,4 +525,40 @@ func idsOfSecond(list []fhir.Resource, second int) []string {
 		}
 	}
 	return out
+}
+
+func testAnyOf(t *testing.T, s store.Store) {
+	sc := store.ProjectScope("p1")
+	a := mustCreate(t, s, "p1", `{"resourceType":"Patient","gender":"female","active":true}`)
+	b := mustCreate(t, s, "p1", `{"resourceType":"Patient","gender":"male","active":true}`)
+	c := mustCreate(t, s, "p1", `{"resourceType":"Patient","gender":"male","active":false}`)
+	group := func(q string) []fhir.Filter {
+		req, err := fhir.ParseSearch("Patient", q)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return req.Filters
+	}
+	run := func(query string, anyOf ...[]fhir.Filter) []string {
+		req, _ := fhir.ParseSearch("Patient", query)
+		req.AnyOf = anyOf
+		res, err := s.Search(context.Background(), sc, req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ids(res)
+	}
+	want := func(got []string, ids ...string) {
+		t.Helper()
+		sort.Strings(ids)
+		if strings.Join(got, ",") != strings.Join(ids, ",") {
+			t.Errorf("got %v, want %v", got, ids)
+		}
+	}
+	// (female) OR (male AND inactive)
+	want(run("", group("gender=female"), group("gender=male&active=false")), a.ID, c.ID)
+	// ANDed with the query's own filters.
+	want(run("active=true", group("gender=female"), group("gender=male&active=false")), a.ID)
+	// A group without filters lets everything through.
+	want(run("", group("gender=female"), nil), a.ID, b.ID, c.ID)
 }
