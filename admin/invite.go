@@ -225,7 +225,7 @@ func (s *Service) Invite(ctx context.Context, c Caller, pid string, req *InviteR
 			if err := tx.Lock(ctx, "user-email:"+req.Email); err != nil {
 				return err
 			}
-			users, err := search(ctx, tx, store.AllProjects, "User", "email="+esc(req.Email)+"&_count=100")
+			users, err := store.SearchResources(ctx, tx, store.AllProjects, "User", "email="+esc(req.Email)+"&_count=100")
 			if err != nil {
 				return err
 			}
@@ -242,7 +242,7 @@ func (s *Service) Invite(ctx context.Context, c Caller, pid string, req *InviteR
 					continue
 				}
 				// The same e-mail at the other scope, already in this project.
-				ms, err := search(ctx, tx, store.ProjectScope(pid), "ProjectMembership", "user=User/"+u.ID()+"&_count=1")
+				ms, err := store.SearchResources(ctx, tx, store.ProjectScope(pid), "ProjectMembership", "user=User/"+u.ID()+"&_count=1")
 				if err != nil {
 					return err
 				}
@@ -303,7 +303,7 @@ func (s *Service) Invite(ctx context.Context, c Caller, pid string, req *InviteR
 			tmpl["invitedBy"] = ref(c.User)
 		}
 		if ext, _ := tmpl["externalId"].(string); ext != "" {
-			dups, err := search(ctx, tx, store.ProjectScope(pid), "ProjectMembership", "external-id:exact="+esc(ext)+"&_count=2")
+			dups, err := store.SearchResources(ctx, tx, store.ProjectScope(pid), "ProjectMembership", "external-id:exact="+esc(ext)+"&_count=2")
 			if err != nil {
 				return err
 			}
@@ -319,7 +319,7 @@ func (s *Service) Invite(ctx context.Context, c Caller, pid string, req *InviteR
 			}
 		}
 		if !req.ForceNewMembership {
-			existing, err := search(ctx, tx, store.ProjectScope(pid), "ProjectMembership", "user="+userRef+"&_count=1")
+			existing, err := store.SearchResources(ctx, tx, store.ProjectScope(pid), "ProjectMembership", "user="+userRef+"&_count=1")
 			if err != nil {
 				return err
 			}
@@ -387,7 +387,7 @@ func (s *Service) inviteProfile(ctx context.Context, tx store.Store, c Caller, p
 		return rec.Resource()
 	}
 	if req.Email != "" {
-		found, err := search(ctx, tx, store.ProjectScope(pid), req.ResourceType, "email="+esc(req.Email)+"&_count=1")
+		found, err := store.SearchResources(ctx, tx, store.ProjectScope(pid), req.ResourceType, "email="+esc(req.Email)+"&_count=1")
 		if err != nil {
 			return nil, err
 		}

@@ -163,7 +163,7 @@ func validateMember(ctx context.Context, tx store.Store, pid string, cur, next f
 		return err
 	}
 	if ext, _ := next["externalId"].(string); ext != "" && ext != cur.String("externalId") {
-		dups, err := search(ctx, tx, store.ProjectScope(pid), "ProjectMembership", "external-id:exact="+esc(ext)+"&_count=2")
+		dups, err := store.SearchResources(ctx, tx, store.ProjectScope(pid), "ProjectMembership", "external-id:exact="+esc(ext)+"&_count=2")
 		if err != nil {
 			return err
 		}
@@ -218,7 +218,7 @@ func (s *Service) DeleteMember(ctx context.Context, c Caller, pid, mid string) e
 		if u.Ref("project") != "Project/"+pid {
 			return nil
 		}
-		others, err := search(ctx, tx, store.AllProjects, "ProjectMembership", "user="+userRef+"&_count=1")
+		others, err := store.SearchResources(ctx, tx, store.AllProjects, "ProjectMembership", "user="+userRef+"&_count=1")
 		if err != nil {
 			return err
 		}

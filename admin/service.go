@@ -112,27 +112,6 @@ func refDisplay(r, display string) map[string]any {
 	return m
 }
 
-// search runs a query within a scope.
-func search(ctx context.Context, st store.Store, scope store.Scope, typ, query string) ([]fhir.Resource, error) {
-	req, err := fhir.ParseSearch(typ, query)
-	if err != nil {
-		return nil, err
-	}
-	res, err := st.Search(ctx, scope, req)
-	if err != nil {
-		return nil, err
-	}
-	out := make([]fhir.Resource, 0, len(res.Records))
-	for i := range res.Records {
-		r, err := res.Records[i].Resource()
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, r)
-	}
-	return out, nil
-}
-
 func esc(v string) string {
 	// Search values: escape commas (OR lists) and percent-encode.
 	return strings.NewReplacer("%", "%25", "&", "%26", "+", "%2B", "#", "%23", ",", `\,`, " ", "%20").Replace(v)

@@ -126,3 +126,25 @@ type Store interface {
 	// Close releases the store.
 	Close() error
 }
+
+// SearchResources runs a search given as a query string ("name=x&_count=5")
+// and decodes what it finds: for use-cases that look resources up.
+func SearchResources(ctx context.Context, s Store, scope Scope, resourceType, query string) ([]fhir.Resource, error) {
+	req, err := fhir.ParseSearch(resourceType, query)
+	if err != nil {
+		return nil, err
+	}
+	res, err := s.Search(ctx, scope, req)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]fhir.Resource, 0, len(res.Records))
+	for i := range res.Records {
+		r, err := res.Records[i].Resource()
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, r)
+	}
+	return out, nil
+}

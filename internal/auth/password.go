@@ -1,7 +1,6 @@
 package auth
 
 import (
-	"context"
 	"crypto/rand"
 	"crypto/sha256"
 	"crypto/subtle"
@@ -92,26 +91,6 @@ func (a *Authenticator) jsonBody(r *http.Request) (map[string]any, error) {
 
 func str(m map[string]any, k string) string { s, _ := m[k].(string); return strings.TrimSpace(s) }
 
-func (a *Authenticator) search(ctx context.Context, scope store.Scope, typ, query string) ([]fhir.Resource, error) {
-	req, err := fhir.ParseSearch(typ, query)
-	if err != nil {
-		return nil, err
-	}
-	res, err := a.store.Search(ctx, scope, req)
-	if err != nil {
-		return nil, err
-	}
-	out := make([]fhir.Resource, 0, len(res.Records))
-	for i := range res.Records {
-		r, err := res.Records[i].Resource()
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, r)
-	}
-	return out, nil
-}
-
 func (a *Authenticator) handleLogin(w http.ResponseWriter, r *http.Request) {
 	ctx := r.Context()
 	body, err := a.jsonBody(r)
@@ -152,7 +131,7 @@ func (a *Authenticator) handleLogin(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 
-	users, err := a.search(ctx, store.AllProjects, "User", "email="+url.QueryEscape(strings.ReplaceAll(email, ",", `\,`))+"&_count=20")
+	users, err := store.SearchResources(ctx, a.store, store.AllProjects, "User", "email="+url.QueryEscape(strings.ReplaceAll(email, ",", `\,`))+"&_count=20")
 	if err != nil {
 		httpx.WriteError(w, r, a.log, err)
 		return
@@ -186,7 +165,7 @@ func (a *Authenticator) handleLogin(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	userRef := "User/" + user.ID()
-	all, err := a.search(ctx, store.AllProjects, "ProjectMembership", "user="+userRef+"&_count=100")
+	all, err := store.SearchResources(ctx, a.store, store.AllProjects, "ProjectMembership", "user="+userRef+"&_count=100")
 	if err != nil {
 		httpx.WriteError(w, r, a.log, err)
 		return
@@ -361,18 +340,7 @@ func (a *Authenticator) authorizationCode(w http.ResponseWriter, r *http.Request
 		l["refreshSecret"] = hashSecret(refresh)
 		return l, nil
 	})
-	if err != nil {
-		if grantErr == "" && !fhir.IsCode(err, fhir.ENotFound) && !fhir.IsCode(err, fhir.EGone) {
-			httpx.WriteError(w, r, a.log, err)
-			return
-		}
-		if grantErr == "" {
-			grantErr = "Invalid code"
-		}
-		oauthError(w, http.StatusBadRequest, "invalid_grant", grantErr)
-		return
-	}
-	a.loginTokens(w, r, rec, refresh)
+	a.finishGrant(w, r, rec, refresh, err, grantErr, "Invalid code")
 }
 
 func (a *Authenticator) refreshToken(w http.ResponseWriter, r *http.Request, form url.Values) {
@@ -402,18 +370,25 @@ func (a *Authenticator) refreshToken(w http.ResponseWriter, r *http.Request, for
 		l["refreshSecret"] = hashSecret(refresh)
 		return l, nil
 	})
-	if err != nil {
-		if grantErr == "" && !fhir.IsCode(err, fhir.ENotFound) && !fhir.IsCode(err, fhir.EGone) {
-			httpx.WriteError(w, r, a.log, err)
-			return
-		}
-		if grantErr == "" {
-			grantErr = "Invalid token"
-		}
-		oauthError(w, http.StatusBadRequest, "invalid_grant", grantErr)
+	a.finishGrant(w, r, rec, refresh, err, grantErr, "Invalid token")
+}
+
+// finishGrant answers a code or refresh grant: its tokens, or invalid_grant
+// with the reason found (unknown for a Login that is not there), or the
+// store's failure.
+func (a *Authenticator) finishGrant(w http.ResponseWriter, r *http.Request, rec *store.Record, refresh string, err error, grantErr, unknown string) {
+	if err == nil {
+		a.loginTokens(w, r, rec, refresh)
 		return
 	}
-	a.loginTokens(w, r, rec, refresh)
+	if grantErr == "" && !fhir.IsCode(err, fhir.ENotFound) && !fhir.IsCode(err, fhir.EGone) {
+		httpx.WriteError(w, r, a.log, err)
+		return
+	}
+	if grantErr == "" {
+		grantErr = unknown
+	}
+	oauthError(w, http.StatusBadRequest, "invalid_grant", grantErr)
 }
 
 // loginTokens answers the token response of a granted password Login.

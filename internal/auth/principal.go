@@ -277,19 +277,11 @@ func (a *Authenticator) clientMembership(ctx context.Context, client fhir.Resour
 
 // FindMembership returns the first active membership whose user is ref, or nil.
 func FindMembership(ctx context.Context, s store.Store, userRef string) (fhir.Resource, error) {
-	req, err := fhir.ParseSearch("ProjectMembership", "user="+userRef+"&_count=5")
+	found, err := store.SearchResources(ctx, s, store.AllProjects, "ProjectMembership", "user="+userRef+"&_count=5")
 	if err != nil {
 		return nil, err
 	}
-	res, err := s.Search(ctx, store.AllProjects, req)
-	if err != nil {
-		return nil, err
-	}
-	for _, rec := range res.Records {
-		m, err := rec.Resource()
-		if err != nil {
-			return nil, err
-		}
+	for _, m := range found {
 		if active, ok := m["active"].(bool); ok && !active {
 			continue
 		}
