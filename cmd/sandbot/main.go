@@ -9,7 +9,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"log/slog"
 	"net"
 	"net/http"
 	"os"
@@ -23,6 +22,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"github.com/sandbot/sandbot/fhir/rest"
+	"github.com/sandbot/sandbot/internal/logging"
 	"github.com/sandbot/sandbot/internal/server"
 	"github.com/sandbot/sandbot/runtime"
 	"github.com/sandbot/sandbot/store/sqlstore"
@@ -100,18 +100,12 @@ func loadConfig(name string, args []string, stderr io.Writer) (*config, int) {
 	return cfg, -1
 }
 
-func newLogger(w io.Writer, level string) *slog.Logger {
-	var l slog.Level
-	l.UnmarshalText([]byte(level))
-	return slog.New(slog.NewJSONHandler(w, &slog.HandlerOptions{Level: l}))
-}
-
 func migrate(ctx context.Context, args []string, stderr io.Writer) int {
 	cfg, code := loadConfig("migrate", args, stderr)
 	if cfg == nil {
 		return code
 	}
-	log := newLogger(stderr, cfg.LogLevel)
+	log := logging.New(stderr, cfg.LogLevel)
 	st, err := sqlstore.Open(ctx, cfg.storeURL(), sqlstore.Options{Logger: log, Migrate: true})
 	if err != nil {
 		log.Error("migrate failed", "err", err)
@@ -127,7 +121,10 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if cfg == nil {
 		return code
 	}
-	log := newLogger(stderr, cfg.LogLevel)
+	// Access logs are buffered (one system call per flush, not per line).
+	logOut := logging.NewBufferedWriter(stderr)
+	defer logOut.Close()
+	log := logging.New(logOut, cfg.LogLevel)
 	if os.Getenv("GOGC") == "" {
 		// Requests allocate briefly and little survives them: collecting half
 		// as often costs heap headroom, not latency.
