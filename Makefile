@@ -30,6 +30,7 @@ fuzz:
 	$(GO) test ./hl7 -run '^$$' -fuzz '^FuzzParse$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./fhir -run '^$$' -fuzz '^FuzzParseSearch$$' -fuzztime 10s
 	$(GO) test ./fhir -run '^$$' -fuzz '^FuzzParseResource$$' -fuzztime 10s
+	$(GO) test ./fhir -run '^$$' -fuzz '^FuzzMarshalMatchesEncodingJSON$$' -fuzztime 10s
 
 build:
 	CGO_ENABLED=0 $(GO) build -trimpath -o bin/sandbot ./cmd/sandbot

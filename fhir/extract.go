@@ -271,33 +271,34 @@ func dateValues(node any) []IndexValue {
 // range of instants it denotes: "2020" is the whole year, an instant is one
 // millisecond.
 func ParseDateRange(s string) (lo, hi time.Time, err error) {
-	layouts := []struct {
-		layout string
-		add    func(time.Time) time.Time
-	}{
-		{"2006", func(t time.Time) time.Time { return t.AddDate(1, 0, 0) }},
-		{"2006-01", func(t time.Time) time.Time { return t.AddDate(0, 1, 0) }},
-		{"2006-01-02", func(t time.Time) time.Time { return t.AddDate(0, 0, 1) }},
-		{"2006-01-02T15:04Z07:00", func(t time.Time) time.Time { return t.Add(time.Minute) }},
-		{"2006-01-02T15:04:05Z07:00", func(t time.Time) time.Time { return t.Add(time.Second) }},
-		{"2006-01-02T15:04:05.999999999Z07:00", func(t time.Time) time.Time { return t.Add(time.Millisecond) }},
+	// The layout is chosen from the value's shape, so that a value is parsed
+	// once (a failed time.Parse allocates its error, and dates are parsed on
+	// every write of a dated resource).
+	var layout string
+	var add func(time.Time) time.Time
+	switch {
+	case len(s) == 4:
+		layout, add = "2006", func(t time.Time) time.Time { return t.AddDate(1, 0, 0) }
+	case len(s) == 7:
+		layout, add = "2006-01", func(t time.Time) time.Time { return t.AddDate(0, 1, 0) }
+	case len(s) == 10:
+		layout, add = "2006-01-02", func(t time.Time) time.Time { return t.AddDate(0, 0, 1) }
+	case len(s) > 16 && s[10] == 'T' && s[16] != ':':
+		layout, add = "2006-01-02T15:04Z07:00", func(t time.Time) time.Time { return t.Add(time.Minute) }
+	case len(s) > 19 && s[10] == 'T' && s[19] == '.':
+		// An instant is one millisecond, whatever precision it is written in.
+		layout, add = "2006-01-02T15:04:05.999999999Z07:00", func(t time.Time) time.Time { return t.Add(time.Millisecond) }
+	case len(s) > 19 && s[10] == 'T':
+		layout, add = "2006-01-02T15:04:05Z07:00", func(t time.Time) time.Time { return t.Add(time.Second) }
+	default:
+		return time.Time{}, time.Time{}, Invalid("Invalid date value: " + s)
 	}
-	for _, l := range layouts {
-		if len(l.layout) >= 10 && len(s) < 10 {
-			continue
-		}
-		t, perr := time.Parse(l.layout, s)
-		if perr != nil {
-			continue
-		}
-		if strings.Contains(s, ".") {
-			// time.Parse accepts a fraction after the seconds even when the
-			// layout has none, so the seconds layout matches an instant too:
-			// an instant is one millisecond, not the whole second.
-			t = t.Truncate(time.Millisecond)
-			return t.UTC(), t.Add(time.Millisecond).UTC(), nil
-		}
-		return t.UTC(), l.add(t).UTC(), nil
+	t, perr := time.Parse(layout, s)
+	if perr != nil {
+		return time.Time{}, time.Time{}, Invalid("Invalid date value: " + s)
 	}
-	return time.Time{}, time.Time{}, Invalid("Invalid date value: " + s)
+	if strings.HasSuffix(layout, ".999999999Z07:00") {
+		t = t.Truncate(time.Millisecond)
+	}
+	return t.UTC(), add(t).UTC(), nil
 }

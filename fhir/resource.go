@@ -7,6 +7,7 @@ import (
 	"sort"
 	"strings"
 	"time"
+	"unicode/utf8"
 )
 
 // Resource is a FHIR resource as a decoded JSON object. Numbers stay
@@ -137,32 +138,31 @@ func (r Resource) MetaProject() string {
 // conventionally do; the other fields follow sorted by name.
 var leadingFields = []string{"resourceType", "id", "meta"}
 
-// Marshal encodes the resource.
+// Marshal encodes the resource: leadingFields first, then the other fields
+// by name, nested objects with sorted keys, strings escaped as encoding/json
+// does without HTML escaping. The values a decoded resource holds (maps,
+// slices, strings, json.Number, bools, nil) are written directly; anything
+// else goes through encoding/json.
 func (r Resource) Marshal() ([]byte, error) {
-	var buf bytes.Buffer
-	enc := json.NewEncoder(&buf)
-	enc.SetEscapeHTML(false)
-	buf.WriteByte('{')
+	buf := make([]byte, 0, 512)
+	buf = append(buf, '{')
 	first := true
-	field := func(k string, v any) error {
+	var err error
+	field := func(k string, v any) {
+		if err != nil {
+			return
+		}
 		if !first {
-			buf.WriteByte(',')
+			buf = append(buf, ',')
 		}
 		first = false
-		kb, _ := json.Marshal(k)
-		buf.Write(kb)
-		buf.WriteByte(':')
-		if err := enc.Encode(v); err != nil {
-			return err
-		}
-		buf.Truncate(buf.Len() - 1) // Encode's newline
-		return nil
+		buf = appendString(buf, k)
+		buf = append(buf, ':')
+		buf, err = appendValue(buf, v)
 	}
 	for _, k := range leadingFields {
 		if v, ok := r[k]; ok {
-			if err := field(k, v); err != nil {
-				return nil, err
-			}
+			field(k, v)
 		}
 	}
 	keys := make([]string, 0, len(r))
@@ -173,12 +173,127 @@ func (r Resource) Marshal() ([]byte, error) {
 	}
 	sort.Strings(keys)
 	for _, k := range keys {
-		if err := field(k, r[k]); err != nil {
+		field(k, r[k])
+	}
+	if err != nil {
+		return nil, err
+	}
+	return append(buf, '}'), nil
+}
+
+func appendValue(buf []byte, v any) ([]byte, error) {
+	switch t := v.(type) {
+	case nil:
+		return append(buf, "null"...), nil
+	case string:
+		return appendString(buf, t), nil
+	case bool:
+		if t {
+			return append(buf, "true"...), nil
+		}
+		return append(buf, "false"...), nil
+	case json.Number:
+		if t == "" {
+			return append(buf, '0'), nil
+		}
+		return append(buf, t...), nil
+	case map[string]any:
+		keys := make([]string, 0, len(t))
+		for k := range t {
+			keys = append(keys, k)
+		}
+		sort.Strings(keys)
+		buf = append(buf, '{')
+		for i, k := range keys {
+			if i > 0 {
+				buf = append(buf, ',')
+			}
+			buf = appendString(buf, k)
+			buf = append(buf, ':')
+			var err error
+			if buf, err = appendValue(buf, t[k]); err != nil {
+				return nil, err
+			}
+		}
+		return append(buf, '}'), nil
+	case []any:
+		buf = append(buf, '[')
+		for i, x := range t {
+			if i > 0 {
+				buf = append(buf, ',')
+			}
+			var err error
+			if buf, err = appendValue(buf, x); err != nil {
+				return nil, err
+			}
+		}
+		return append(buf, ']'), nil
+	default:
+		var b bytes.Buffer
+		enc := json.NewEncoder(&b)
+		enc.SetEscapeHTML(false)
+		if err := enc.Encode(v); err != nil {
 			return nil, err
 		}
+		return append(buf, bytes.TrimRight(b.Bytes(), "\n")...), nil
 	}
-	buf.WriteByte('}')
-	return buf.Bytes(), nil
+}
+
+const hexDigits = "0123456789abcdef"
+
+// appendString writes s as a JSON string the way encoding/json does with
+// HTML escaping off: control characters, quote and backslash escaped,
+// invalid UTF-8 replaced by U+FFFD, U+2028 and U+2029 escaped.
+func appendString(buf []byte, s string) []byte {
+	buf = append(buf, '"')
+	start := 0
+	for i := 0; i < len(s); {
+		c := s[i]
+		if c < utf8.RuneSelf {
+			if c >= 0x20 && c != '"' && c != '\\' {
+				i++
+				continue
+			}
+			buf = append(buf, s[start:i]...)
+			switch c {
+			case '"', '\\':
+				buf = append(buf, '\\', c)
+			case '\n':
+				buf = append(buf, '\\', 'n')
+			case '\r':
+				buf = append(buf, '\\', 'r')
+			case '\t':
+				buf = append(buf, '\\', 't')
+			case '\b':
+				buf = append(buf, '\\', 'b')
+			case '\f':
+				buf = append(buf, '\\', 'f')
+			default:
+				buf = append(buf, '\\', 'u', '0', '0', hexDigits[c>>4], hexDigits[c&0xF])
+			}
+			i++
+			start = i
+			continue
+		}
+		r, size := utf8.DecodeRuneInString(s[i:])
+		if r == utf8.RuneError && size == 1 {
+			buf = append(buf, s[start:i]...)
+			buf = append(buf, "\\ufffd"...)
+			i += size
+			start = i
+			continue
+		}
+		if r == '\u2028' || r == '\u2029' {
+			buf = append(buf, s[start:i]...)
+			buf = append(buf, '\\', 'u', '2', '0', '2', hexDigits[r&0xF])
+			i += size
+			start = i
+			continue
+		}
+		i += size
+	}
+	buf = append(buf, s[start:]...)
+	return append(buf, '"')
 }
 
 // References returns every relative reference ("Type/id") found anywhere in

@@ -3,6 +3,7 @@ package fhir
 import (
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestParseSearchDecodesBeforeSplitting(t *testing.T) {
@@ -139,4 +140,32 @@ func FuzzParseResource(f *testing.F) {
 		Extract(r)
 		r.References()
 	})
+}
+
+func TestParseDateRangeShapes(t *testing.T) {
+	for in, want := range map[string][2]string{
+		"2020":                             {"2020-01-01T00:00:00Z", "2021-01-01T00:00:00Z"},
+		"2020-02":                          {"2020-02-01T00:00:00Z", "2020-03-01T00:00:00Z"},
+		"2020-02-29":                       {"2020-02-29T00:00:00Z", "2020-03-01T00:00:00Z"},
+		"2020-02-29T10:30Z":                {"2020-02-29T10:30:00Z", "2020-02-29T10:31:00Z"},
+		"2020-02-29T10:30+02:00":           {"2020-02-29T08:30:00Z", "2020-02-29T08:31:00Z"},
+		"2020-02-29T10:30:15Z":             {"2020-02-29T10:30:15Z", "2020-02-29T10:30:16Z"},
+		"2020-02-29T10:30:15-05:00":        {"2020-02-29T15:30:15Z", "2020-02-29T15:30:16Z"},
+		"2020-02-29T10:30:15.123Z":         {"2020-02-29T10:30:15.123Z", "2020-02-29T10:30:15.124Z"},
+		"2020-02-29T10:30:15.123456+01:00": {"2020-02-29T09:30:15.123Z", "2020-02-29T09:30:15.124Z"},
+	} {
+		lo, hi, err := ParseDateRange(in)
+		if err != nil {
+			t.Errorf("%s: %v", in, err)
+			continue
+		}
+		if got := [2]string{lo.Format(time.RFC3339Nano), hi.Format(time.RFC3339Nano)}; got != want {
+			t.Errorf("%s = %v, want %v", in, got, want)
+		}
+	}
+	for _, in := range []string{"", "20", "2020-1", "2020-13", "2020-02-30", "2020-02-29T", "2020-02-29T25:00Z", "2020-02-29 10:30:15Z", "2020-02-29T10:30:15", "tomorrow"} {
+		if _, _, err := ParseDateRange(in); !IsCode(err, EInvalid) {
+			t.Errorf("ParseDateRange(%q) = %v, want invalid", in, err)
+		}
+	}
 }
