@@ -63,9 +63,37 @@ type auditWriter struct {
 	once    sync.Once
 }
 
+// auditEntry is what an execution hands to the writer: the AuditEvent
+// itself is built by the writer's goroutine, so that its allocations (and the
+// garbage-collection work they bring) are not charged to the request.
 type auditEntry struct {
-	project string
-	event   fhir.Resource
+	project    string
+	bot        string // "Bot/<id>"
+	requester  string
+	outcome    string
+	desc       string
+	start, end time.Time
+}
+
+// event builds the AuditEvent of an execution, as the reference records it.
+func (e *auditEntry) event() fhir.Resource {
+	ev := fhir.Resource{
+		"resourceType": "AuditEvent",
+		"type":         map[string]any{"system": "https://medplum.com/CodeSystem/audit-event", "code": "execute"},
+		"recorded":     e.end.Format(fhir.TimeFormat),
+		"period":       map[string]any{"start": e.start.Format(fhir.TimeFormat), "end": e.end.Format(fhir.TimeFormat)},
+		"agent": []any{
+			map[string]any{"who": map[string]any{"reference": e.requester}, "requestor": true},
+			map[string]any{"who": map[string]any{"reference": e.bot}, "requestor": false},
+		},
+		"source":  map[string]any{"observer": map[string]any{"reference": e.bot}},
+		"entity":  []any{map[string]any{"what": map[string]any{"reference": e.bot}, "role": map[string]any{"code": "4"}}},
+		"outcome": e.outcome,
+	}
+	if e.desc != "" {
+		ev["outcomeDesc"] = e.desc
+	}
+	return ev
 }
 
 func newAuditWriter(s store.Store, log *slog.Logger, m *botMetrics) *auditWriter {
@@ -104,8 +132,8 @@ func (a *auditWriter) run() {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		err := a.store.InTx(ctx, func(tx store.Store) error {
 			byProject := map[string][]fhir.Resource{}
-			for _, e := range batch {
-				byProject[e.project] = append(byProject[e.project], e.event)
+			for i := range batch {
+				byProject[batch[i].project] = append(byProject[batch[i].project], batch[i].event())
 			}
 			for project, events := range byProject {
 				if err := tx.CreateMany(ctx, events, store.Write{Project: project, Author: fhir.Reference{Reference: "system"}}); err != nil {
@@ -127,9 +155,9 @@ func (a *auditWriter) close() {
 	<-a.done
 }
 
-func (a *auditWriter) add(project string, ev fhir.Resource) {
+func (a *auditWriter) add(e auditEntry) {
 	select {
-	case a.ch <- auditEntry{project: project, event: ev}:
+	case a.ch <- e:
 	default:
 		a.metrics.auditDropped.Inc()
 	}
@@ -175,21 +203,6 @@ func (h *Handler) audit(ctx context.Context, p *auth.Principal, rec *store.Recor
 	if failed {
 		outcome = "4"
 	}
-	ev := fhir.Resource{
-		"resourceType": "AuditEvent",
-		"type":         map[string]any{"system": "https://medplum.com/CodeSystem/audit-event", "code": "execute"},
-		"recorded":     now.Format(fhir.TimeFormat),
-		"period":       map[string]any{"start": start.Format(fhir.TimeFormat), "end": now.Format(fhir.TimeFormat)},
-		"agent": []any{
-			map[string]any{"who": map[string]any{"reference": p.Profile}, "requestor": true},
-			map[string]any{"who": map[string]any{"reference": "Bot/" + rec.ID}, "requestor": false},
-		},
-		"source":  map[string]any{"observer": map[string]any{"reference": "Bot/" + rec.ID}},
-		"entity":  []any{map[string]any{"what": map[string]any{"reference": "Bot/" + rec.ID}, "role": map[string]any{"code": "4"}}},
-		"outcome": outcome,
-	}
-	if desc != "" {
-		ev["outcomeDesc"] = desc
-	}
-	h.audits.add(rec.Project, ev)
+	h.audits.add(auditEntry{project: rec.Project, bot: "Bot/" + rec.ID, requester: p.Profile,
+		outcome: outcome, desc: desc, start: start, end: now})
 }
