@@ -146,8 +146,11 @@ func Open(ctx context.Context, databaseURL string, opts Options) (*Store, error)
 		if err != nil {
 			return nil, fmt.Errorf("open sqlite: %w", err)
 		}
-		db.SetMaxOpenConns(8)
-		db.SetMaxIdleConns(8)
+		// Readers run beside the writer in WAL mode; the pool must hold the
+		// server's concurrent requests plus the background writers without
+		// making requests queue for a connection (8 did, under 8 clients).
+		db.SetMaxOpenConns(16)
+		db.SetMaxIdleConns(16)
 	}
 	s := &Store{db: db, dialect: dialect, q: db, log: log, now: time.Now, prepared: &preparedStmts{}}
 	pingCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
