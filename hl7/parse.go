@@ -20,18 +20,6 @@ type Delimiters struct {
 // DefaultDelimiters are the recommended HL7 delimiters |^~\&.
 var DefaultDelimiters = Delimiters{Field: '|', Component: '^', Repetition: '~', Escape: '\\', Subcomponent: '&'}
 
-// encodingChars returns MSH-2 as defined by d.
-func (d Delimiters) encodingChars() []byte {
-	b := make([]byte, 0, 4)
-	for _, c := range [...]byte{d.Component, d.Repetition, d.Escape, d.Subcomponent} {
-		if c == 0 {
-			break
-		}
-		b = append(b, c)
-	}
-	return b
-}
-
 // seg is one segment of the index. Offsets are into Message.data, or into
 // Message.ebuf when owned is set (an edited or added segment).
 type seg struct {

@@ -45,17 +45,21 @@ func (h *Handler) Register(r *mux.Router) {
 	ad.Use(h.auth.Require)
 	ad.HandleFunc("/Project", h.createProject).Methods(http.MethodPost)
 	ad.HandleFunc("/Project/", h.createProject).Methods(http.MethodPost)
-	ad.HandleFunc("/projects/{pid}", h.project).Methods(http.MethodGet)
-	ad.HandleFunc("/projects/{pid}/secrets", h.replaceList("secret")).Methods(http.MethodPost)
-	ad.HandleFunc("/projects/{pid}/settings", h.replaceList("setting")).Methods(http.MethodPost)
-	ad.HandleFunc("/projects/{pid}/sites", h.replaceList("site")).Methods(http.MethodPost)
-	ad.HandleFunc("/projects/{pid}/client", h.createClient).Methods(http.MethodPost)
-	ad.HandleFunc("/projects/{pid}/bot", h.createBot).Methods(http.MethodPost)
-	ad.HandleFunc("/projects/{pid}/invite", h.invite).Methods(http.MethodPost)
-	ad.HandleFunc("/projects/{pid}/members/{mid}", h.getMember).Methods(http.MethodGet)
-	ad.HandleFunc("/projects/{pid}/members/{mid}", h.updateMember).Methods(http.MethodPost, http.MethodPut)
-	ad.HandleFunc("/projects/{pid}/members/{mid}", h.patchMember).Methods(http.MethodPatch)
-	ad.HandleFunc("/projects/{pid}/members/{mid}", h.deleteMember).Methods(http.MethodDelete)
+	// Every /admin/projects route is for administrators: others get 403
+	// before their body is read (the use-cases check it again).
+	pr := ad.PathPrefix("/projects/{pid}").Subrouter()
+	pr.Use(h.requireAdmin)
+	pr.HandleFunc("", h.project).Methods(http.MethodGet)
+	pr.HandleFunc("/secrets", h.replaceList("secret")).Methods(http.MethodPost)
+	pr.HandleFunc("/settings", h.replaceList("setting")).Methods(http.MethodPost)
+	pr.HandleFunc("/sites", h.replaceList("site")).Methods(http.MethodPost)
+	pr.HandleFunc("/client", h.createClient).Methods(http.MethodPost)
+	pr.HandleFunc("/bot", h.createBot).Methods(http.MethodPost)
+	pr.HandleFunc("/invite", h.invite).Methods(http.MethodPost)
+	pr.HandleFunc("/members/{mid}", h.getMember).Methods(http.MethodGet)
+	pr.HandleFunc("/members/{mid}", h.updateMember).Methods(http.MethodPost, http.MethodPut)
+	pr.HandleFunc("/members/{mid}", h.patchMember).Methods(http.MethodPatch)
+	pr.HandleFunc("/members/{mid}", h.deleteMember).Methods(http.MethodDelete)
 	ad.PathPrefix("/").HandlerFunc(func(w http.ResponseWriter, r *http.Request) { h.fail(w, r, fhir.ErrNotFound) })
 }
 
@@ -67,6 +71,16 @@ func (h *Handler) RegisterFHIR(r *mux.Router) {
 func caller(r *http.Request) admin.Caller {
 	p := auth.FromContext(r.Context())
 	return admin.Caller{ProjectID: p.ProjectID, SuperAdmin: p.SuperAdmin, Admin: p.Admin, User: p.User, Profile: p.Profile}
+}
+
+func (h *Handler) requireAdmin(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !caller(r).Admin {
+			h.fail(w, r, fhir.ErrForbidden)
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
 }
 
 func (h *Handler) fail(w http.ResponseWriter, r *http.Request, err error) {
@@ -179,10 +193,6 @@ func (h *Handler) project(w http.ResponseWriter, r *http.Request) {
 func (h *Handler) replaceList(field string) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		c := caller(r)
-		if !c.Admin {
-			h.fail(w, r, fhir.ErrForbidden)
-			return
-		}
 		b, err := h.body(r)
 		if err != nil {
 			h.fail(w, r, err)
@@ -212,10 +222,6 @@ func (h *Handler) createBot(w http.ResponseWriter, r *http.Request) {
 
 func (h *Handler) createWith(w http.ResponseWriter, r *http.Request, fn func(context.Context, admin.Caller, string, map[string]any) (*store.Record, error)) {
 	c := caller(r)
-	if !c.Admin {
-		h.fail(w, r, fhir.ErrForbidden)
-		return
-	}
 	m, err := h.object(r)
 	if err != nil {
 		h.fail(w, r, err)
@@ -231,10 +237,6 @@ func (h *Handler) createWith(w http.ResponseWriter, r *http.Request, fn func(con
 
 func (h *Handler) invite(w http.ResponseWriter, r *http.Request) {
 	c := caller(r)
-	if !c.Admin {
-		h.fail(w, r, fhir.ErrForbidden)
-		return
-	}
 	m, err := h.object(r)
 	if err != nil {
 		h.fail(w, r, err)
@@ -265,10 +267,6 @@ func (h *Handler) getMember(w http.ResponseWriter, r *http.Request) {
 
 func (h *Handler) updateMember(w http.ResponseWriter, r *http.Request) {
 	c := caller(r)
-	if !c.Admin {
-		h.fail(w, r, fhir.ErrForbidden)
-		return
-	}
 	b, err := h.body(r)
 	if err != nil {
 		h.fail(w, r, err)
@@ -294,10 +292,6 @@ func (h *Handler) updateMember(w http.ResponseWriter, r *http.Request) {
 
 func (h *Handler) patchMember(w http.ResponseWriter, r *http.Request) {
 	c := caller(r)
-	if !c.Admin {
-		h.fail(w, r, fhir.ErrForbidden)
-		return
-	}
 	if httpx.MediaType(r) != "application/json-patch+json" {
 		h.fail(w, r, fhir.Errorf(fhir.EUnsupportedMedia, "Unsupported media type: use application/json-patch+json"))
 		return

@@ -157,7 +157,7 @@ func BenchmarkMembers(b *testing.B) {
 			lat := make([]time.Duration, 0, b.N)
 			for i := 0; i < b.N; i++ {
 				t0 := time.Now()
-				r := c.do("GET", "fhir/R4/ProjectMembership?"+q, nil, "")
+				r := c.Do("GET", "fhir/R4/ProjectMembership?"+q, nil, "")
 				lat = append(lat, time.Since(t0))
 				if r.Status != 200 {
 					b.Fatalf("%d %s", r.Status, r.Body)
@@ -181,7 +181,7 @@ func BenchmarkMembers(b *testing.B) {
 					rt = "Patient"
 				}
 				body := inviteBody(rt, "Bench", fmt.Sprint(i), fmt.Sprintf("bench-%d-%s@example.com", i, uuid.NewString()[:8]))
-				r := c.do("POST", "admin/projects/"+big.ProjectID+"/invite", body, "")
+				r := c.Do("POST", "admin/projects/"+big.ProjectID+"/invite", body, "")
 				if r.Status != 200 {
 					b.Errorf("invite: %d %s", r.Status, r.Body)
 					return

@@ -1,11 +1,9 @@
 package adminhttp_test
 
 import (
-	"bytes"
 	"crypto/sha256"
 	"encoding/base64"
 	"encoding/json"
-	"io"
 	"net/http"
 	"net/url"
 	"strings"
@@ -14,51 +12,7 @@ import (
 	"github.com/sandbot/sandbot/internal/servertest"
 )
 
-// client is a caller of the test server (a token, or none).
-type client struct {
-	t     testing.TB
-	base  string
-	token string
-}
-
-func as(t testing.TB, s *servertest.Server, token string) *client {
-	return &client{t: t, base: s.URL, token: token}
-}
-
-func (c *client) do(method, path string, body any, contentType string) *servertest.Response {
-	c.t.Helper()
-	var rd io.Reader
-	switch b := body.(type) {
-	case nil:
-	case string:
-		rd = strings.NewReader(b)
-	case []byte:
-		rd = bytes.NewReader(b)
-	default:
-		js, _ := json.Marshal(b)
-		rd = bytes.NewReader(js)
-	}
-	req, err := http.NewRequest(method, c.base+strings.TrimPrefix(path, "/"), rd)
-	if err != nil {
-		c.t.Fatal(err)
-	}
-	if body != nil {
-		if contentType == "" {
-			contentType = "application/fhir+json"
-		}
-		req.Header.Set("Content-Type", contentType)
-	}
-	if c.token != "" {
-		req.Header.Set("Authorization", "Bearer "+c.token)
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		c.t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	out, _ := io.ReadAll(resp.Body)
-	return &servertest.Response{Status: resp.StatusCode, Header: resp.Header, Body: out}
-}
+func as(t testing.TB, s *servertest.Server, token string) *servertest.Client { return s.As(t, token) }
 
 func expect(t testing.TB, r *servertest.Response, status int, what string) map[string]any {
 	t.Helper()
@@ -94,7 +48,7 @@ func login(t testing.TB, s *servertest.Server, email, password, projectID string
 	if projectID != "" {
 		body["projectId"] = projectID
 	}
-	r := as(t, s, "").do("POST", "auth/login", body, "application/json")
+	r := as(t, s, "").Do("POST", "auth/login", body, "application/json")
 	out := expect(t, r, 200, "login "+email)
 	code, _ := out["code"].(string)
 	if code == "" {

@@ -24,7 +24,7 @@ func TestInviteValidation(t *testing.T) {
 		a := s.NewProject(t, "V")
 		c := as(t, s, a.Token)
 		path := "admin/projects/" + a.ProjectID + "/invite"
-		r := c.do("POST", path, map[string]any{}, "")
+		r := c.Do("POST", path, map[string]any{}, "")
 		expect(t, r, 400, "empty")
 		got := map[string]bool{}
 		noExpr := false
@@ -44,23 +44,23 @@ func TestInviteValidation(t *testing.T) {
 			t.Errorf("the email/externalId issue has no expression: %s", r.Body)
 		}
 		b := inviteBody("Organization", "A", "B", "a@example.com")
-		if is := issues(t, expect2(t, c.do("POST", path, b, ""), 400)); is[0].Expression[0] != "resourceType" {
+		if is := issues(t, expect2(t, c.Do("POST", path, b, ""), 400)); is[0].Expression[0] != "resourceType" {
 			t.Errorf("bad resourceType: %v", is)
 		}
 		b = inviteBody("Practitioner", "A", "B", "a@example.com")
 		b["password"] = "short"
-		if is := issues(t, expect2(t, c.do("POST", path, b, ""), 400)); is[0].Expression[0] != "password" {
+		if is := issues(t, expect2(t, c.Do("POST", path, b, ""), 400)); is[0].Expression[0] != "password" {
 			t.Errorf("short password: %v", is)
 		}
 		b = inviteBody("RelatedPerson", "A", "B", "rp@example.com")
-		if r := expect2(t, c.do("POST", path, b, ""), 400); r.Issue() != "Patient is required to create a RelatedPerson" {
+		if r := expect2(t, c.Do("POST", path, b, ""), 400); r.Issue() != "Patient is required to create a RelatedPerson" {
 			t.Errorf("related person: %s", r.Body)
 		}
 		b["patient"] = map[string]any{"reference": "Practitioner/x"}
-		if r := expect2(t, c.do("POST", path, b, ""), 400); r.Issue() != "Patient must be a reference to a Patient resource" {
+		if r := expect2(t, c.Do("POST", path, b, ""), 400); r.Issue() != "Patient must be a reference to a Patient resource" {
 			t.Errorf("related person patient: %s", r.Body)
 		}
-		expect(t, c.do("POST", path, "{not json", ""), 400, "bad json")
+		expect(t, c.Do("POST", path, "{not json", ""), 400, "bad json")
 	})
 }
 
@@ -71,8 +71,8 @@ func expect2(t *testing.T, r *servertest.Response, status int) *servertest.Respo
 }
 
 // findUsers searches Users by e-mail as the super admin.
-func findUsers(t *testing.T, su *client, email string) []map[string]any {
-	return entries(t, su.do("GET", "fhir/R4/User?email="+email, nil, ""))
+func findUsers(t *testing.T, su *servertest.Client, email string) []map[string]any {
+	return entries(t, su.Do("GET", "fhir/R4/User?email="+email, nil, ""))
 }
 
 func TestInviteScopesAndReuse(t *testing.T) {
@@ -85,7 +85,7 @@ func TestInviteScopesAndReuse(t *testing.T) {
 		pathB := "admin/projects/" + b.ProjectID + "/invite"
 
 		// A Practitioner is server-scoped: the User has no project and lives in the super-admin project.
-		m := expect(t, ca.do("POST", pathA, inviteBody("Practitioner", "Pat", "Smith", "Doc@Example.com"), ""), 200, "invite practitioner")
+		m := expect(t, ca.Do("POST", pathA, inviteBody("Practitioner", "Pat", "Smith", "Doc@Example.com"), ""), 200, "invite practitioner")
 		if m["resourceType"] != "ProjectMembership" || ref(m, "project") != "Project/"+a.ProjectID ||
 			!strings.HasPrefix(ref(m, "user"), "User/") || !strings.HasPrefix(ref(m, "profile"), "Practitioner/") {
 			t.Fatalf("membership: %v", m)
@@ -106,63 +106,63 @@ func TestInviteScopesAndReuse(t *testing.T) {
 		// A project admin cannot edit a User directly.
 		u := users[0]
 		u["firstName"] = "Changed"
-		if r := ca.do("PUT", "fhir/R4/User/"+id(u), u, ""); r.Status != 403 {
+		if r := ca.Do("PUT", "fhir/R4/User/"+id(u), u, ""); r.Status != 403 {
 			t.Fatalf("project admin edits a User: %d %s", r.Status, r.Body)
 		}
 		// Another project's admin inviting the same e-mail reuses the User.
-		m2 := expect(t, cb.do("POST", pathB, inviteBody("Practitioner", "Pat", "Smith", "doc@example.com"), ""), 200, "invite in B")
+		m2 := expect(t, cb.Do("POST", pathB, inviteBody("Practitioner", "Pat", "Smith", "doc@example.com"), ""), 200, "invite in B")
 		if ref(m2, "user") != ref(m, "user") {
 			t.Fatalf("existing user not reused: %v vs %v", ref(m2, "user"), ref(m, "user"))
 		}
 		// Duplicate → 409; upsert updates; forceNewMembership adds another.
-		r := ca.do("POST", pathA, inviteBody("Practitioner", "Pat", "Smith", "doc@example.com"), "")
+		r := ca.Do("POST", pathA, inviteBody("Practitioner", "Pat", "Smith", "doc@example.com"), "")
 		expect(t, r, 409, "duplicate")
 		up := inviteBody("Practitioner", "Pat", "Smith", "doc@example.com")
 		up["upsert"] = true
 		up["admin"] = true
-		m3 := expect(t, ca.do("POST", pathA, up, ""), 200, "upsert")
+		m3 := expect(t, ca.Do("POST", pathA, up, ""), 200, "upsert")
 		if id(m3) != id(m) || m3["admin"] != true || ref(m3, "profile") != ref(m, "profile") {
 			t.Fatalf("upsert: %v", m3)
 		}
 		fn := inviteBody("Practitioner", "Pat", "Smith", "doc@example.com")
 		fn["forceNewMembership"] = true
-		m4 := expect(t, ca.do("POST", pathA, fn, ""), 200, "force new")
+		m4 := expect(t, ca.Do("POST", pathA, fn, ""), 200, "force new")
 		if id(m4) == id(m) || ref(m4, "user") != ref(m, "user") {
 			t.Fatalf("forceNewMembership: %v", m4)
 		}
 
 		// A Patient is project-scoped: the User lives in the project.
-		p := expect(t, ca.do("POST", pathA, inviteBody("Patient", "Pia", "Patient", "pia@example.com"), ""), 200, "invite patient")
+		p := expect(t, ca.Do("POST", pathA, inviteBody("Patient", "Pia", "Patient", "pia@example.com"), ""), 200, "invite patient")
 		pu := findUsers(t, su, "pia@example.com")
 		if len(pu) != 1 || ref(pu[0], "project") != "Project/"+a.ProjectID || pu[0]["meta"].(map[string]any)["project"] != a.ProjectID {
 			t.Fatalf("project-scoped user: %v", pu)
 		}
 		// The same e-mail as a Patient of B is another User.
-		p2 := expect(t, cb.do("POST", pathB, inviteBody("Patient", "Pia", "Patient", "pia@example.com"), ""), 200, "patient in B")
+		p2 := expect(t, cb.Do("POST", pathB, inviteBody("Patient", "Pia", "Patient", "pia@example.com"), ""), 200, "patient in B")
 		if ref(p2, "user") == ref(p, "user") {
 			t.Fatal("project-scoped users are not shared across projects")
 		}
 		// scope=project and externalId make a Practitioner project-scoped.
 		sp := inviteBody("Practitioner", "Sam", "Scoped", "sam@example.com")
 		sp["scope"] = "project"
-		expect(t, ca.do("POST", pathA, sp, ""), 200, "scope project")
+		expect(t, ca.Do("POST", pathA, sp, ""), 200, "scope project")
 		if u := findUsers(t, su, "sam@example.com"); len(u) != 1 || ref(u[0], "project") != "Project/"+a.ProjectID {
 			t.Fatalf("scope=project: %v", u)
 		}
 		ex := map[string]any{"resourceType": "Practitioner", "firstName": "E", "lastName": "X", "externalId": "ext-1", "sendEmail": false}
-		em := expect(t, ca.do("POST", pathA, ex, ""), 200, "externalId")
+		em := expect(t, ca.Do("POST", pathA, ex, ""), 200, "externalId")
 		if em["externalId"] != "ext-1" {
 			t.Fatalf("externalId on membership: %v", em)
 		}
-		expect(t, ca.do("POST", pathA, ex, ""), 409, "duplicate externalId")
+		expect(t, ca.Do("POST", pathA, ex, ""), 409, "duplicate externalId")
 		// The same e-mail at the other scope, already a member here → 409.
 		other := inviteBody("Practitioner", "Pia", "Patient", "pia@example.com")
-		expect(t, ca.do("POST", pathA, other, ""), 409, "other scope member")
+		expect(t, ca.Do("POST", pathA, other, ""), 409, "other scope member")
 
 		// An existing profile with the e-mail is reused.
-		prac := expect(t, ca.do("POST", "fhir/R4/Practitioner", map[string]any{"resourceType": "Practitioner",
+		prac := expect(t, ca.Do("POST", "fhir/R4/Practitioner", map[string]any{"resourceType": "Practitioner",
 			"telecom": []any{map[string]any{"system": "email", "value": "known@example.com"}}}, ""), 201, "practitioner")
-		km := expect(t, ca.do("POST", pathA, inviteBody("Practitioner", "K", "Nown", "known@example.com"), ""), 200, "known profile")
+		km := expect(t, ca.Do("POST", pathA, inviteBody("Practitioner", "K", "Nown", "known@example.com"), ""), 200, "known profile")
 		if ref(km, "profile") != "Practitioner/"+id(prac) {
 			t.Fatalf("profile not reused: %v", km)
 		}
@@ -175,36 +175,36 @@ func TestInviteMembershipTemplate(t *testing.T) {
 		b := s.NewProject(t, "U")
 		ca := as(t, s, a.Token)
 		path := "admin/projects/" + a.ProjectID + "/invite"
-		pol := expect(t, ca.do("POST", "fhir/R4/AccessPolicy", map[string]any{"resourceType": "AccessPolicy", "name": "p",
+		pol := expect(t, ca.Do("POST", "fhir/R4/AccessPolicy", map[string]any{"resourceType": "AccessPolicy", "name": "p",
 			"resource": []any{map[string]any{"resourceType": "Patient"}}}, ""), 201, "policy")
-		polB := expect(t, as(t, s, b.Token).do("POST", "fhir/R4/AccessPolicy", map[string]any{"resourceType": "AccessPolicy", "name": "q"}, ""), 201, "policy B")
+		polB := expect(t, as(t, s, b.Token).Do("POST", "fhir/R4/AccessPolicy", map[string]any{"resourceType": "AccessPolicy", "name": "q"}, ""), 201, "policy B")
 
 		// membership.* wins over the top-level fields.
 		body := inviteBody("Practitioner", "T", "One", "t1@example.com")
 		body["admin"] = true
 		body["membership"] = map[string]any{"admin": false, "accessPolicy": map[string]any{"reference": "AccessPolicy/" + id(pol)}}
-		m := expect(t, ca.do("POST", path, body, ""), 200, "template")
+		m := expect(t, ca.Do("POST", path, body, ""), 200, "template")
 		if m["admin"] != false || ref(m, "accessPolicy") != "AccessPolicy/"+id(pol) {
 			t.Fatalf("membership template must win: %v", m)
 		}
 		// Top-level admin alone.
 		body = inviteBody("Practitioner", "T", "Two", "t2@example.com")
 		body["admin"] = true
-		if m := expect(t, ca.do("POST", path, body, ""), 200, "admin"); m["admin"] != true {
+		if m := expect(t, ca.Do("POST", path, body, ""), 200, "admin"); m["admin"] != true {
 			t.Fatalf("admin: %v", m)
 		}
 		// access[] with parameters.
 		body = inviteBody("Patient", "T", "Three", "t3@example.com")
 		body["access"] = []any{map[string]any{"policy": map[string]any{"reference": "AccessPolicy/" + id(pol)},
 			"parameter": []any{map[string]any{"name": "x", "valueString": "y"}}}}
-		if m := expect(t, ca.do("POST", path, body, ""), 200, "access"); len(m["access"].([]any)) != 1 {
+		if m := expect(t, ca.Do("POST", path, body, ""), 200, "access"); len(m["access"].([]any)) != 1 {
 			t.Fatalf("access: %v", m)
 		}
 		// Policies must exist in the project; nothing is created otherwise.
 		for _, pr := range []string{"AccessPolicy/" + id(polB), "AccessPolicy/00000000-0000-0000-0000-000000000000"} {
 			body = inviteBody("Practitioner", "Bad", "Policy", "badpolicy@example.com")
 			body["accessPolicy"] = map[string]any{"reference": pr}
-			r := expect2(t, ca.do("POST", path, body, ""), 400)
+			r := expect2(t, ca.Do("POST", path, body, ""), 400)
 			if !strings.Contains(r.Issue(), pr) {
 				t.Fatalf("policy error: %s", r.Body)
 			}
@@ -213,7 +213,7 @@ func TestInviteMembershipTemplate(t *testing.T) {
 		if u := findUsers(t, su, "badpolicy@example.com"); len(u) != 0 {
 			t.Fatalf("a failed invite left a User: %v", u)
 		}
-		if p := entries(t, ca.do("GET", "fhir/R4/Practitioner?email=badpolicy@example.com", nil, "")); len(p) != 0 {
+		if p := entries(t, ca.Do("GET", "fhir/R4/Practitioner?email=badpolicy@example.com", nil, "")); len(p) != 0 {
 			t.Fatalf("a failed invite left a profile: %v", p)
 		}
 	})
@@ -230,7 +230,7 @@ func TestInviteAtomic(t *testing.T) {
 			email := strings.ToLower(rt) + "-atomic@example.com"
 			body := inviteBody(rt, "At", "Omic", email)
 			body["password"] = "a-good-password"
-			r := ca.do("POST", "admin/projects/"+a.ProjectID+"/invite", body, "")
+			r := ca.Do("POST", "admin/projects/"+a.ProjectID+"/invite", body, "")
 			if r.Status != 500 || strings.Contains(string(r.Body), "injected") {
 				t.Fatalf("%s: want a generic 500, got %d %s", rt, r.Status, r.Body)
 			}
@@ -238,11 +238,11 @@ func TestInviteAtomic(t *testing.T) {
 			if u := findUsers(t, su, email); len(u) != 0 {
 				t.Fatalf("%s: a failed invite left a User: %v", rt, u)
 			}
-			if p := entries(t, ca.do("GET", "fhir/R4/"+rt+"?email="+email, nil, "")); len(p) != 0 {
+			if p := entries(t, ca.Do("GET", "fhir/R4/"+rt+"?email="+email, nil, "")); len(p) != 0 {
 				t.Fatalf("%s: a failed invite left a profile: %v", rt, p)
 			}
 		}
 		s.Admin.BeforeMembershipWrite = nil
-		expect(t, ca.do("POST", "admin/projects/"+a.ProjectID+"/invite", inviteBody("Practitioner", "At", "Omic", "practitioner-atomic@example.com"), ""), 200, "retry")
+		expect(t, ca.Do("POST", "admin/projects/"+a.ProjectID+"/invite", inviteBody("Practitioner", "At", "Omic", "practitioner-atomic@example.com"), ""), 200, "retry")
 	})
 }

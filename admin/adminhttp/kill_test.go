@@ -10,7 +10,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"net/url"
 	"os"
@@ -22,37 +21,17 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sandbot/sandbot/internal/servertest"
 	"github.com/sandbot/sandbot/store/storetest"
 )
 
 type proc struct {
 	cmd  *exec.Cmd
 	base string
-	log  *strings.Builder
-}
-
-func freeAddr(t *testing.T) string {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().String()
-}
-
-type lockedBuilder struct {
-	mu sync.Mutex
-	strings.Builder
-}
-
-func (l *lockedBuilder) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.Builder.Write(p)
 }
 
 func startProc(t *testing.T, bin, dataDir, dbURL string) *proc {
-	addr, ops := freeAddr(t), freeAddr(t)
+	addr, ops := servertest.FreeAddr(t), servertest.FreeAddr(t)
 	base := "http://" + addr + "/"
 	cmd := exec.Command(bin, "serve")
 	cmd.Env = append(os.Environ(), "SANDBOT_ADDR="+addr, "SANDBOT_METRICS_ADDR="+ops, "SANDBOT_BASE_URL="+base,
@@ -60,7 +39,7 @@ func startProc(t *testing.T, bin, dataDir, dbURL string) *proc {
 	if dbURL != "" {
 		cmd.Env = append(cmd.Env, "SANDBOT_DATABASE_URL="+dbURL)
 	}
-	out := &lockedBuilder{}
+	out := &servertest.SyncBuffer{}
 	cmd.Stdout, cmd.Stderr = out, out
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -100,11 +79,11 @@ func rawToken(t *testing.T, base string) string {
 }
 
 // all pages through a search as the super admin.
-func all(t *testing.T, c *client, path string) []map[string]any {
+func all(t *testing.T, c *servertest.Client, path string) []map[string]any {
 	var out []map[string]any
 	next := path + "&_count=1000"
 	for next != "" {
-		r := c.do("GET", next, nil, "")
+		r := c.Do("GET", next, nil, "")
 		b := expect(t, r, 200, "search "+path)
 		es, _ := b["entry"].([]any)
 		for _, e := range es {
@@ -114,7 +93,7 @@ func all(t *testing.T, c *client, path string) []map[string]any {
 		links, _ := b["link"].([]any)
 		for _, l := range links {
 			if lm := l.(map[string]any); lm["relation"] == "next" {
-				next = strings.TrimPrefix(lm["url"].(string), c.base)
+				next = strings.TrimPrefix(lm["url"].(string), c.Base())
 			}
 		}
 	}
@@ -143,8 +122,8 @@ func TestKillDuringInvites(t *testing.T) {
 				dbURL = b.NewURL(t)
 			}
 			p := startProc(t, bin, dataDir, dbURL)
-			su := &client{t: t, base: p.base, token: rawToken(t, p.base)}
-			proj := expect(t, su.do("POST", "admin/Project", map[string]any{"resourceType": "Project", "name": "Kill"}, ""), 201, "project")
+			su := servertest.NewClient(t, p.base, rawToken(t, p.base))
+			proj := expect(t, su.Do("POST", "admin/Project", map[string]any{"resourceType": "Project", "name": "Kill"}, ""), 201, "project")
 			pid := id(proj)
 
 			ctx, cancel := context.WithCancel(context.Background())
@@ -159,7 +138,7 @@ func TestKillDuringInvites(t *testing.T) {
 						rt := []string{"Practitioner", "Patient"}[i%2]
 						body, _ := json.Marshal(inviteBody(rt, "Kill", fmt.Sprint(i), fmt.Sprintf("w%d-%d@kill.test", w, i)))
 						req, _ := http.NewRequest("POST", p.base+"admin/projects/"+pid+"/invite", strings.NewReader(string(body)))
-						req.Header.Set("Authorization", "Bearer "+su.token)
+						req.Header.Set("Authorization", "Bearer "+su.Token)
 						req.Header.Set("Content-Type", "application/fhir+json")
 						resp, err := hc.Do(req)
 						if err != nil {
@@ -185,7 +164,7 @@ func TestKillDuringInvites(t *testing.T) {
 			}
 
 			p2 := startProc(t, bin, dataDir, dbURL)
-			su2 := &client{t: t, base: p2.base, token: rawToken(t, p2.base)}
+			su2 := servertest.NewClient(t, p2.base, rawToken(t, p2.base))
 			members := all(t, su2, "fhir/R4/ProjectMembership?project=Project/"+pid)
 			users, profiles := map[string]bool{}, map[string]bool{}
 			for _, m := range members {

@@ -17,7 +17,7 @@ func TestPasswordLogin(t *testing.T) {
 		ca := as(t, s, a.Token)
 		inv := inviteBody("Practitioner", "Lou", "Gin", "Lou@Example.com")
 		inv["password"] = "correct horse"
-		m := expect(t, ca.do("POST", "admin/projects/"+a.ProjectID+"/invite", inv, ""), 200, "invite")
+		m := expect(t, ca.Do("POST", "admin/projects/"+a.ProjectID+"/invite", inv, ""), 200, "invite")
 		anon := as(t, s, "")
 
 		// One membership: {login, code}; code + S256 verifier → tokens.
@@ -25,27 +25,27 @@ func TestPasswordLogin(t *testing.T) {
 		if tok["refresh_token"] == nil || tok["token_type"] != "Bearer" || ref(tok, "profile") != ref(m, "profile") || ref(tok, "project") != "Project/"+a.ProjectID {
 			t.Fatalf("token response: %v", tok)
 		}
-		me := expect(t, as(t, s, tok["access_token"].(string)).do("GET", "auth/me", nil, ""), 200, "me")
+		me := expect(t, as(t, s, tok["access_token"].(string)).Do("GET", "auth/me", nil, ""), 200, "me")
 		if "Practitioner/"+id(me["profile"].(map[string]any)) != ref(m, "profile") {
 			t.Fatalf("me: %v", me)
 		}
 
 		// Wrong password and unknown e-mail: the same answer.
-		r1 := expect2(t, anon.do("POST", "auth/login", map[string]any{"email": "lou@example.com", "password": "wrong password"}, "application/json"), 400)
-		r2 := expect2(t, anon.do("POST", "auth/login", map[string]any{"email": "nobody@example.com", "password": "wrong password"}, "application/json"), 400)
+		r1 := expect2(t, anon.Do("POST", "auth/login", map[string]any{"email": "lou@example.com", "password": "wrong password"}, "application/json"), 400)
+		r2 := expect2(t, anon.Do("POST", "auth/login", map[string]any{"email": "nobody@example.com", "password": "wrong password"}, "application/json"), 400)
 		if r1.Issue() != r2.Issue() || r1.Issue() == "" {
 			t.Fatalf("failed logins must not differ: %q vs %q", r1.Issue(), r2.Issue())
 		}
 		// Timing: the unknown e-mail also pays for a bcrypt comparison.
 		start := time.Now()
-		anon.do("POST", "auth/login", map[string]any{"email": "nobody2@example.com", "password": "x"}, "application/json")
+		anon.Do("POST", "auth/login", map[string]any{"email": "nobody2@example.com", "password": "x"}, "application/json")
 		if d := time.Since(start); d < 10*time.Millisecond {
 			t.Errorf("unknown e-mail answered in %v: no dummy bcrypt comparison?", d)
 		}
-		expect(t, anon.do("POST", "auth/login", map[string]any{"email": "lou@example.com"}, "application/json"), 400, "no password")
+		expect(t, anon.Do("POST", "auth/login", map[string]any{"email": "lou@example.com"}, "application/json"), 400, "no password")
 
 		// PKCE: plain works; a wrong verifier fails; a code is used once.
-		lr := expect(t, anon.do("POST", "auth/login", map[string]any{"email": "lou@example.com", "password": "correct horse", "codeChallenge": "plain-verifier-123", "codeChallengeMethod": "plain"}, "application/json"), 200, "plain login")
+		lr := expect(t, anon.Do("POST", "auth/login", map[string]any{"email": "lou@example.com", "password": "correct horse", "codeChallenge": "plain-verifier-123", "codeChallengeMethod": "plain"}, "application/json"), 200, "plain login")
 		code := lr["code"].(string)
 		st, out := tokenRequest(t, s, url.Values{"grant_type": {"authorization_code"}, "code": {code}, "code_verifier": {"wrong"}})
 		if st != 400 || out["error"] != "invalid_grant" {
@@ -59,7 +59,7 @@ func TestPasswordLogin(t *testing.T) {
 		if st != 400 {
 			t.Fatalf("a code is used once: %d", st)
 		}
-		lr = expect(t, anon.do("POST", "auth/login", map[string]any{"email": "lou@example.com", "password": "correct horse", "codeChallenge": s256("v"), "codeChallengeMethod": "S256"}, "application/json"), 200, "s256 login")
+		lr = expect(t, anon.Do("POST", "auth/login", map[string]any{"email": "lou@example.com", "password": "correct horse", "codeChallenge": s256("v"), "codeChallengeMethod": "S256"}, "application/json"), 200, "s256 login")
 		if st, _ := tokenRequest(t, s, url.Values{"grant_type": {"authorization_code"}, "code": {lr["code"].(string)}}); st != 400 {
 			t.Fatalf("missing verifier: %d", st)
 		}
@@ -73,7 +73,7 @@ func TestPasswordLogin(t *testing.T) {
 		if st, _ := tokenRequest(t, s, url.Values{"grant_type": {"refresh_token"}, "refresh_token": {rt}}); st != 400 {
 			t.Fatalf("old refresh token reused: %d", st)
 		}
-		expect(t, as(t, s, ref1["access_token"].(string)).do("GET", "auth/me", nil, ""), 200, "refreshed token")
+		expect(t, as(t, s, ref1["access_token"].(string)).Do("GET", "auth/me", nil, ""), 200, "refreshed token")
 		// Client credentials still get no refresh token.
 		_, cc := tokenRequest(t, s, url.Values{"grant_type": {"client_credentials"}, "client_id": {servertest.AdminClientID}, "client_secret": {servertest.AdminClientSecret}})
 		if _, ok := cc["refresh_token"]; ok {
@@ -82,17 +82,17 @@ func TestPasswordLogin(t *testing.T) {
 
 		// Two memberships: choose with /auth/profile.
 		inv2 := inviteBody("Practitioner", "Lou", "Gin", "lou@example.com")
-		mb := expect(t, as(t, s, b.Token).do("POST", "admin/projects/"+b.ProjectID+"/invite", inv2, ""), 200, "invite in B")
-		lr = expect(t, anon.do("POST", "auth/login", map[string]any{"email": "lou@example.com", "password": "correct horse"}, "application/json"), 200, "two memberships")
+		mb := expect(t, as(t, s, b.Token).Do("POST", "admin/projects/"+b.ProjectID+"/invite", inv2, ""), 200, "invite in B")
+		lr = expect(t, anon.Do("POST", "auth/login", map[string]any{"email": "lou@example.com", "password": "correct horse"}, "application/json"), 200, "two memberships")
 		if lr["code"] != nil || len(lr["memberships"].([]any)) != 2 {
 			t.Fatalf("choice: %v", lr)
 		}
-		pr := expect(t, anon.do("POST", "auth/profile", map[string]any{"login": lr["login"], "profile": id(mb)}, "application/json"), 200, "profile")
+		pr := expect(t, anon.Do("POST", "auth/profile", map[string]any{"login": lr["login"], "profile": id(mb)}, "application/json"), 200, "profile")
 		st, out = tokenRequest(t, s, url.Values{"grant_type": {"authorization_code"}, "code": {pr["code"].(string)}})
 		if st != 200 || ref(out, "project") != "Project/"+b.ProjectID {
 			t.Fatalf("chosen membership: %d %v", st, out)
 		}
-		expect(t, anon.do("POST", "auth/profile", map[string]any{"login": lr["login"], "profile": id(m)}, "application/json"), 400, "profile chosen twice")
+		expect(t, anon.Do("POST", "auth/profile", map[string]any{"login": lr["login"], "profile": id(m)}, "application/json"), 400, "profile chosen twice")
 		// projectId selects directly.
 		if tb := login(t, s, "lou@example.com", "correct horse", b.ProjectID); ref(tb, "project") != "Project/"+b.ProjectID {
 			t.Fatalf("projectId: %v", tb)
@@ -101,16 +101,16 @@ func TestPasswordLogin(t *testing.T) {
 		// A project-scoped user logs in only to its project.
 		pinv := inviteBody("Patient", "Pat", "Scoped", "scoped@example.com")
 		pinv["password"] = "patient password"
-		expect(t, ca.do("POST", "admin/projects/"+a.ProjectID+"/invite", pinv, ""), 200, "invite patient")
+		expect(t, ca.Do("POST", "admin/projects/"+a.ProjectID+"/invite", pinv, ""), 200, "invite patient")
 		if tp := login(t, s, "scoped@example.com", "patient password", a.ProjectID); tp["patient"] == nil {
 			t.Fatalf("patient login: %v", tp)
 		}
 		login(t, s, "scoped@example.com", "patient password", "")
-		expect(t, anon.do("POST", "auth/login", map[string]any{"email": "scoped@example.com", "password": "patient password", "projectId": b.ProjectID}, "application/json"), 400, "other project")
+		expect(t, anon.Do("POST", "auth/login", map[string]any{"email": "scoped@example.com", "password": "patient password", "projectId": b.ProjectID}, "application/json"), 400, "other project")
 
 		// passwordHash is never returned.
 		for _, path := range []string{"fhir/R4/User?email=lou@example.com", "fhir/R4/" + ref(m, "user")} {
-			r := as(t, s, s.SuperAdmin(t).Token).do("GET", path, nil, "")
+			r := as(t, s, s.SuperAdmin(t).Token).Do("GET", path, nil, "")
 			if r.Status != 200 || strings.Contains(string(r.Body), "passwordHash") || strings.Contains(string(r.Body), "$2a$") {
 				t.Fatalf("%s leaks the password hash: %d %s", path, r.Status, r.Body)
 			}
@@ -123,12 +123,12 @@ func TestAuthRateLimit(t *testing.T) {
 		anon := as(t, s, "")
 		var last int
 		for i := 0; i < 6; i++ {
-			last = anon.do("POST", "auth/login", map[string]any{"email": "x@example.com", "password": "y"}, "application/json").Status
+			last = anon.Do("POST", "auth/login", map[string]any{"email": "x@example.com", "password": "y"}, "application/json").Status
 		}
 		if last != 429 {
 			t.Fatalf("6th login with a limit of 5: %d", last)
 		}
-		r := anon.do("POST", "auth/login", map[string]any{"email": "x@example.com", "password": "y"}, "application/json")
+		r := anon.Do("POST", "auth/login", map[string]any{"email": "x@example.com", "password": "y"}, "application/json")
 		if r.Status != 429 || r.JSON()["resourceType"] != "OperationOutcome" || r.Header.Get("Retry-After") == "" {
 			t.Fatalf("429 outcome: %d %s", r.Status, r.Body)
 		}
@@ -136,11 +136,11 @@ func TestAuthRateLimit(t *testing.T) {
 			t.Fatalf("token endpoint limited too: %d", st)
 		}
 		// /auth/me is exempt (401 here: no token, but not 429).
-		if st := anon.do("GET", "auth/me", nil, "").Status; st != 401 {
+		if st := anon.Do("GET", "auth/me", nil, "").Status; st != 401 {
 			t.Fatalf("/auth/me must be exempt: %d", st)
 		}
 		// Other API routes are not limited.
-		if st := anon.do("GET", "fhir/R4/Patient", nil, "").Status; st != 401 {
+		if st := anon.Do("GET", "fhir/R4/Patient", nil, "").Status; st != 401 {
 			t.Fatalf("FHIR API must not be limited: %d", st)
 		}
 	}, func(c *server.Config) { c.AuthRateLimit = 5 })

@@ -101,7 +101,7 @@ func TestInviteMailSetPasswordLogin(t *testing.T) {
 			ca := as(t, s, a.Token)
 			body := inviteBody("Practitioner", "Mae", "Ling", "mae@example.com")
 			body["sendEmail"] = true
-			m := expect(t, ca.do("POST", "admin/projects/"+a.ProjectID+"/invite", body, ""), 200, "invite")
+			m := expect(t, ca.Do("POST", "admin/projects/"+a.ProjectID+"/invite", body, ""), 200, "invite")
 			var msg smtpMessage
 			select {
 			case msg = <-smtp.mail:
@@ -116,13 +116,13 @@ func TestInviteMailSetPasswordLogin(t *testing.T) {
 				t.Fatalf("no set-password link for %s in: %s", s.URL, msg.Data)
 			}
 			anon := as(t, s, "")
-			expect(t, anon.do("POST", "auth/setpassword", map[string]any{"id": link[2], "secret": "wrong", "password": "brand-new-pw"}, "application/json"), 400, "wrong secret")
-			expect(t, anon.do("POST", "auth/setpassword", map[string]any{"id": link[2], "secret": link[3], "password": "short"}, "application/json"), 400, "short password")
-			expect(t, anon.do("POST", "auth/setpassword", map[string]any{"id": link[2], "secret": link[3], "password": "brand-new-pw"}, "application/json"), 200, "set password")
-			expect(t, anon.do("POST", "auth/setpassword", map[string]any{"id": link[2], "secret": link[3], "password": "another-pw-1"}, "application/json"), 400, "link used twice")
+			expect(t, anon.Do("POST", "auth/setpassword", map[string]any{"id": link[2], "secret": "wrong", "password": "brand-new-pw"}, "application/json"), 400, "wrong secret")
+			expect(t, anon.Do("POST", "auth/setpassword", map[string]any{"id": link[2], "secret": link[3], "password": "short"}, "application/json"), 400, "short password")
+			expect(t, anon.Do("POST", "auth/setpassword", map[string]any{"id": link[2], "secret": link[3], "password": "brand-new-pw"}, "application/json"), 200, "set password")
+			expect(t, anon.Do("POST", "auth/setpassword", map[string]any{"id": link[2], "secret": link[3], "password": "another-pw-1"}, "application/json"), 400, "link used twice")
 
 			tok := login(t, s, "mae@example.com", "brand-new-pw", "")
-			me := expect(t, as(t, s, tok["access_token"].(string)).do("GET", "auth/me", nil, ""), 200, "me")
+			me := expect(t, as(t, s, tok["access_token"].(string)).Do("GET", "auth/me", nil, ""), 200, "me")
 			prof := me["profile"].(map[string]any)
 			if "Practitioner/"+id(prof) != ref(m, "profile") || me["project"].(map[string]any)["id"] != a.ProjectID {
 				t.Fatalf("me: %v", me)
@@ -130,7 +130,7 @@ func TestInviteMailSetPasswordLogin(t *testing.T) {
 			// An existing user gets the "welcome to project" mail without a link.
 			b2 := s.NewProject(t, "Second")
 			body["sendEmail"] = "true"
-			expect(t, as(t, s, b2.Token).do("POST", "admin/projects/"+b2.ProjectID+"/invite", body, ""), 200, "existing user")
+			expect(t, as(t, s, b2.Token).Do("POST", "admin/projects/"+b2.ProjectID+"/invite", body, ""), 200, "existing user")
 			select {
 			case msg = <-smtp.mail:
 				if !strings.Contains(msg.Data, "Welcome to Second") || strings.Contains(msg.Data, "setpassword") {
@@ -142,7 +142,7 @@ func TestInviteMailSetPasswordLogin(t *testing.T) {
 			// sendEmail "false" (a string) sends nothing.
 			b3 := inviteBody("Patient", "No", "Mail", "nomail@example.com")
 			b3["sendEmail"] = "false"
-			expect(t, ca.do("POST", "admin/projects/"+a.ProjectID+"/invite", b3, ""), 200, "no mail")
+			expect(t, ca.Do("POST", "admin/projects/"+a.ProjectID+"/invite", b3, ""), 200, "no mail")
 			select {
 			case msg = <-smtp.mail:
 				t.Fatalf("sendEmail \"false\" sent a mail to %s", msg.To)
@@ -164,11 +164,11 @@ func TestInviteMailFailureKeepsMembership(t *testing.T) {
 			ca := as(t, s, a.Token)
 			body := inviteBody("Practitioner", "Fay", "Lure", "fay@example.com")
 			delete(body, "sendEmail")
-			m := expect(t, ca.do("POST", "admin/projects/"+a.ProjectID+"/invite", body, ""), 200, "invite")
+			m := expect(t, ca.Do("POST", "admin/projects/"+a.ProjectID+"/invite", body, ""), 200, "invite")
 			if m["resourceType"] != "ProjectMembership" {
 				t.Fatalf("answer: %v", m)
 			}
-			expect(t, ca.do("GET", "admin/projects/"+a.ProjectID+"/members/"+id(m), nil, ""), 200, "membership kept")
+			expect(t, ca.Do("GET", "admin/projects/"+a.ProjectID+"/members/"+id(m), nil, ""), 200, "membership kept")
 			mfs, err := s.Registry.Gather()
 			if err != nil {
 				t.Fatal(err)

@@ -16,19 +16,19 @@ func TestMemberSearch(t *testing.T) {
 		for i, rt := range []string{"Patient", "Patient", "Patient", "Practitioner", "Practitioner", "RelatedPerson"} {
 			b := inviteBody(rt, "F", "L", strings.ToLower(rt)+string(rune('a'+i))+"@example.com")
 			if rt == "RelatedPerson" {
-				pat := expect(t, ca.do("POST", "fhir/R4/Patient", map[string]any{"resourceType": "Patient"}, ""), 201, "patient")
+				pat := expect(t, ca.Do("POST", "fhir/R4/Patient", map[string]any{"resourceType": "Patient"}, ""), 201, "patient")
 				b["patient"] = map[string]any{"reference": "Patient/" + id(pat)}
 			}
-			expect(t, ca.do("POST", inv, b, ""), 200, "invite "+rt)
+			expect(t, ca.Do("POST", inv, b, ""), 200, "invite "+rt)
 		}
-		expect(t, ca.do("POST", "admin/projects/"+a.ProjectID+"/bot", map[string]any{"name": "B"}, ""), 201, "bot")
-		expect(t, ca.do("POST", "admin/projects/"+a.ProjectID+"/client", map[string]any{"name": "C"}, ""), 201, "client")
+		expect(t, ca.Do("POST", "admin/projects/"+a.ProjectID+"/bot", map[string]any{"name": "B"}, ""), 201, "bot")
+		expect(t, ca.Do("POST", "admin/projects/"+a.ProjectID+"/client", map[string]any{"name": "C"}, ""), 201, "client")
 		// Noise in another project.
-		expect(t, as(t, s, other.Token).do("POST", "admin/projects/"+other.ProjectID+"/invite", inviteBody("Patient", "O", "P", "otherpat@example.com"), ""), 200, "other")
+		expect(t, as(t, s, other.Token).Do("POST", "admin/projects/"+other.ProjectID+"/invite", inviteBody("Patient", "O", "P", "otherpat@example.com"), ""), 200, "other")
 
 		count := func(q string) int {
 			t.Helper()
-			return len(entries(t, ca.do("GET", "fhir/R4/ProjectMembership"+q, nil, "")))
+			return len(entries(t, ca.Do("GET", "fhir/R4/ProjectMembership"+q, nil, "")))
 		}
 		// The project's admin client (NewProject) + bot + client = 3 non-humans; 6 humans.
 		if n := count(""); n != 9 {
@@ -54,7 +54,7 @@ func TestMemberSearch(t *testing.T) {
 			if pages > 5 {
 				t.Fatal("too many pages")
 			}
-			r := ca.do("GET", strings.TrimPrefix(next, s.URL), nil, "")
+			r := ca.Do("GET", strings.TrimPrefix(next, s.URL), nil, "")
 			b := expect(t, r, 200, "page")
 			es, _ := b["entry"].([]any)
 			for _, e := range es {
@@ -72,7 +72,7 @@ func TestMemberSearch(t *testing.T) {
 		if len(seen) != 6 {
 			t.Errorf("paged humans: %d", len(seen))
 		}
-		expect(t, ca.do("GET", "fhir/R4/ProjectMembership?profile-type=Patient&_total=accurate", nil, ""), 200, "total")
-		expect(t, ca.do("GET", "fhir/R4/ProjectMembership?bogus=1", nil, ""), 400, "unknown parameter")
+		expect(t, ca.Do("GET", "fhir/R4/ProjectMembership?profile-type=Patient&_total=accurate", nil, ""), 200, "total")
+		expect(t, ca.Do("GET", "fhir/R4/ProjectMembership?bogus=1", nil, ""), 400, "unknown parameter")
 	})
 }

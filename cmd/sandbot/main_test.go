@@ -12,11 +12,12 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/sandbot/sandbot/store/storetest"
+
+	"github.com/sandbot/sandbot/internal/servertest"
 )
 
 // clearEnv unsets every SANDBOT_* variable for the test.
@@ -117,41 +118,18 @@ func TestCommandLine(t *testing.T) {
 	}
 }
 
-// syncBuffer is written by the server goroutine and read by the test.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-func (s *syncBuffer) String() string { s.mu.Lock(); defer s.mu.Unlock(); return s.b.String() }
-
-func freePort(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
-}
-
 type running struct {
 	api, ops string
 	cancel   context.CancelFunc
 	done     chan int
-	stdout   *syncBuffer
-	stderr   *syncBuffer
+	stdout   *servertest.SyncBuffer
+	stderr   *servertest.SyncBuffer
 }
 
 // start runs `sandbot serve` in-process and waits until /readyz answers 200.
 func start(t *testing.T, dataDir, databaseURL string) *running {
 	t.Helper()
-	r := &running{api: freePort(t), ops: freePort(t), done: make(chan int, 1), stdout: &syncBuffer{}, stderr: &syncBuffer{}}
+	r := &running{api: servertest.FreeAddr(t), ops: servertest.FreeAddr(t), done: make(chan int, 1), stdout: &servertest.SyncBuffer{}, stderr: &servertest.SyncBuffer{}}
 	args := []string{"serve", "-addr", r.api, "-metrics-addr", r.ops, "-base-url", "http://" + r.api, "-data-dir", dataDir,
 		"-shutdown-timeout", "20s", "-log-level", "warn"}
 	if databaseURL != "" {

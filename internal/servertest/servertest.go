@@ -9,6 +9,7 @@ import (
 	"encoding/json"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -137,6 +138,15 @@ func (s *Server) SuperAdmin(t testing.TB) *Client {
 
 // Anonymous is a client that sends no credentials.
 func (s *Server) Anonymous(t testing.TB) *Client { return &Client{t: t, base: s.URL} }
+
+// As is a client of the server with the given access token.
+func (s *Server) As(t testing.TB, token string) *Client { return NewClient(t, s.URL, token) }
+
+// NewClient is a client of the server at base (ending in "/"), for servers
+// started as separate processes; token may be "".
+func NewClient(t testing.TB, base, token string) *Client {
+	return &Client{t: t, base: base, Token: token}
+}
 
 // NewMember adds a ClientApplication to an existing project, directly in the
 // store, with a membership that is admin or not, and returns a client logged
@@ -296,3 +306,31 @@ func sharedRuntime(t testing.TB) *runtime.Runtime {
 	}
 	return runtimeVal
 }
+
+// FreeAddr returns a loopback address with a port free at the time of the
+// call, for servers started as separate processes.
+func FreeAddr(t testing.TB) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
+}
+
+// SyncBuffer collects what a server writes while a test reads it.
+type SyncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+// Write implements io.Writer.
+func (s *SyncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+// String returns what was written so far.
+func (s *SyncBuffer) String() string { s.mu.Lock(); defer s.mu.Unlock(); return s.b.String() }
