@@ -3,7 +3,6 @@ package fhir
 import (
 	"bytes"
 	"encoding/json"
-	"regexp"
 	"sort"
 	"strings"
 	"time"
@@ -31,10 +30,21 @@ type Meta struct {
 // TimeFormat is how instants are written (FHIR instant, millisecond precision, UTC).
 const TimeFormat = "2006-01-02T15:04:05.000Z"
 
-var idPattern = regexp.MustCompile(`^[A-Za-z0-9\-.]{1,64}$`)
-
-// ValidID reports whether id is a syntactically valid FHIR logical id.
-func ValidID(id string) bool { return idPattern.MatchString(id) }
+// ValidID reports whether id is a syntactically valid FHIR logical id:
+// 1 to 64 of [A-Za-z0-9-.]. It runs on every read, so it is a loop rather
+// than a regular expression (a fifth of the cost of a primary-key read).
+func ValidID(id string) bool {
+	if len(id) == 0 || len(id) > 64 {
+		return false
+	}
+	for i := 0; i < len(id); i++ {
+		c := id[i]
+		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '-' || c == '.') {
+			return false
+		}
+	}
+	return true
+}
 
 // ParseResource decodes a resource body. It must be a JSON object with a
 // known resourceType.

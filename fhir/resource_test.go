@@ -1,6 +1,9 @@
 package fhir
 
-import "testing"
+import (
+	"strings"
+	"testing"
+)
 
 func TestMarshalOrdersLeadingFields(t *testing.T) {
 	r, err := ParseResource([]byte(`{"name":[{"family":"<A&B>"}],"meta":{"versionId":"1"},"id":"x","resourceType":"Patient","active":true,"n":1.50}`))
@@ -32,5 +35,25 @@ func TestReferencesSkipsNonRelative(t *testing.T) {
 	got := r.References()
 	if len(got) != 1 || got[0] != "Patient/1" {
 		t.Errorf("References = %v", got)
+	}
+}
+
+func TestValidID(t *testing.T) {
+	for id, want := range map[string]bool{
+		"a":                                    true,
+		"0193a2b4-5c6d-7e8f-9a0b-c1d2e3f4a5b6": true,
+		"A.b-C.9":                              true,
+		strings.Repeat("x", 64):                true,
+		strings.Repeat("x", 65):                false,
+		"":                                     false,
+		"a/b":                                  false,
+		"a b":                                  false,
+		"a_b":                                  false,
+		"é":                                    false,
+		"a\x00":                                false,
+	} {
+		if got := ValidID(id); got != want {
+			t.Errorf("ValidID(%q) = %v, want %v", id, got, want)
+		}
 	}
 }

@@ -45,6 +45,11 @@ type Store struct {
 	prepared *preparedStmts
 	log      *slog.Logger
 	now      func() time.Time
+	// cache serves repeated reads of SQLite rows (nil for PostgreSQL).
+	cache *readCache
+	// touched collects, in a transaction, the ids of the resources it
+	// updates or deletes, for the cache after the commit.
+	touched *[]string
 	// stopOptimizer ends the SQLite statistics loop (nil for PostgreSQL).
 	stopOptimizer func()
 }
@@ -166,6 +171,9 @@ func Open(ctx context.Context, databaseURL string, opts Options) (*Store, error)
 		}
 	}
 	if dialect == SQLite {
+		if !strings.HasPrefix(databaseURL, ":") && !strings.Contains(databaseURL, "mode=memory") {
+			s.cache = newReadCache(databaseURL + "-versions")
+		}
 		stop := make(chan struct{})
 		s.stopOptimizer = sync.OnceFunc(func() { close(stop) })
 		go s.optimizeLoop(stop)
@@ -175,15 +183,43 @@ func Open(ctx context.Context, databaseURL string, opts Options) (*Store, error)
 
 type preparedStmts struct {
 	once sync.Once
-	read *sqlx.Stmt
+	read *sql.Stmt
 	err  error
+
+	mu    sync.Mutex
+	bySQL map[string]*sql.Stmt
+}
+
+// stmt returns q prepared once on the pool (database/sql then prepares it
+// once per connection that runs it), bound to s's transaction if it has
+// one. done releases the transaction's copy.
+func (s *Store) stmt(ctx context.Context, q string) (st *sql.Stmt, done func(), err error) {
+	p := s.prepared
+	p.mu.Lock()
+	st = p.bySQL[q]
+	if st == nil {
+		if st, err = s.db.PrepareContext(ctx, q); err != nil {
+			p.mu.Unlock()
+			return nil, nil, err
+		}
+		if p.bySQL == nil {
+			p.bySQL = map[string]*sql.Stmt{}
+		}
+		p.bySQL[q] = st
+	}
+	p.mu.Unlock()
+	if s.tx == nil {
+		return st, func() {}, nil
+	}
+	txst := s.tx.StmtContext(ctx, st)
+	return txst, func() { txst.Close() }, nil
 }
 
 // readStmt is readRowSQL prepared on the pool, on first use (after the
 // migrations have made the table).
-func (s *Store) readStmt(ctx context.Context) (*sqlx.Stmt, error) {
+func (s *Store) readStmt(ctx context.Context) (*sql.Stmt, error) {
 	p := s.prepared
-	p.once.Do(func() { p.read, p.err = s.db.PreparexContext(ctx, s.rebind(readRowSQL)) })
+	p.once.Do(func() { p.read, p.err = s.db.PrepareContext(ctx, s.rebind(readRowSQL)) })
 	return p.read, p.err
 }
 
@@ -204,6 +240,15 @@ func (s *Store) Close() error {
 	if st := s.prepared.read; st != nil {
 		st.Close()
 	}
+	s.prepared.mu.Lock()
+	for _, st := range s.prepared.bySQL {
+		st.Close()
+	}
+	s.prepared.bySQL = nil
+	s.prepared.mu.Unlock()
+	if s.cache != nil {
+		s.cache.close()
+	}
 	return s.db.Close()
 }
 
@@ -219,12 +264,16 @@ func (s *Store) InTx(ctx context.Context, fn func(tx store.Store) error) error {
 	}
 	child := *s
 	child.q, child.tx = tx, tx
+	child.touched = new([]string)
 	if err := fn(&child); err != nil {
 		tx.Rollback()
 		return err
 	}
 	if err := tx.Commit(); err != nil {
 		return fmt.Errorf("commit: %w", err)
+	}
+	if s.cache != nil && len(*child.touched) > 0 {
+		s.cache.invalidate(*child.touched)
 	}
 	return nil
 }

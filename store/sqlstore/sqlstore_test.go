@@ -2,8 +2,11 @@ package sqlstore_test
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"testing"
 
+	"github.com/sandbot/sandbot/fhir"
 	"github.com/sandbot/sandbot/store"
 	"github.com/sandbot/sandbot/store/sqlstore"
 	"github.com/sandbot/sandbot/store/storetest"
@@ -34,6 +37,77 @@ func TestMigrateTwiceIsNoop(t *testing.T) {
 					t.Fatalf("open %d: %v", i, err)
 				}
 				s.Close()
+			}
+		})
+	}
+}
+
+// TestTwoStoresOneDatabase: two stores over one database (two processes,
+// or replicas) see each other's updates and deletions at the next read,
+// although each keeps its own cache of rows it has read.
+func TestTwoStoresOneDatabase(t *testing.T) {
+	for _, b := range storetest.Backends(t) {
+		t.Run(b.Name, func(t *testing.T) {
+			ctx := context.Background()
+			url := b.NewURL(t)
+			open := func() *sqlstore.Store {
+				s, err := sqlstore.Open(ctx, url, sqlstore.Options{Migrate: true})
+				if err != nil {
+					t.Fatal(err)
+				}
+				t.Cleanup(func() { s.Close() })
+				return s
+			}
+			a, c := open(), open()
+			w := store.Write{Project: "p1"}
+			rec, err := a.Create(ctx, fhir.Resource{"resourceType": "Bot", "name": "v1"}, w)
+			if err != nil {
+				t.Fatal(err)
+			}
+			name := func(s *sqlstore.Store) string {
+				t.Helper()
+				r, err := s.Read(ctx, store.AllProjects, "Bot", rec.ID)
+				if err != nil {
+					t.Fatalf("read: %v", err)
+				}
+				res, err := r.Resource()
+				if err != nil {
+					t.Fatal(err)
+				}
+				return res["name"].(string)
+			}
+			for i := 0; i < 3; i++ { // read repeatedly, so that a cache holds it
+				if got := name(c); got != "v1" {
+					t.Fatalf("read %d on the second store: %q", i, got)
+				}
+			}
+			for i := 2; i <= 4; i++ {
+				want := fmt.Sprintf("v%d", i)
+				if _, err := a.Update(ctx, store.AllProjects, "Bot", rec.ID, w, func(r fhir.Resource) (fhir.Resource, error) {
+					r["name"] = want
+					return r, nil
+				}); err != nil {
+					t.Fatal(err)
+				}
+				if got := name(c); got != want {
+					t.Fatalf("after update %d, the second store reads %q", i, got)
+				}
+				if got := name(a); got != want {
+					t.Fatalf("after update %d, the first store reads %q", i, got)
+				}
+			}
+			// A scope without the project hides the row, cached or not.
+			if _, err := c.Read(ctx, store.ProjectScope("p2"), "Bot", rec.ID); !errors.Is(err, fhir.ErrNotFound) {
+				t.Fatalf("read in another project's scope: %v, want not found", err)
+			}
+			if err := c.Delete(ctx, store.AllProjects, "Bot", rec.ID, w); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := a.Read(ctx, store.AllProjects, "Bot", rec.ID); !errors.Is(err, fhir.ErrGone) {
+				t.Fatalf("read on the first store after a delete on the second: %v, want gone", err)
+			}
+			if _, err := c.Read(ctx, store.AllProjects, "Bot", rec.ID); !errors.Is(err, fhir.ErrGone) {
+				t.Fatalf("read on the second store after its delete: %v, want gone", err)
 			}
 		})
 	}
