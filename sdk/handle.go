@@ -1,7 +1,6 @@
 package sdk
 
 import (
-	"encoding/json"
 	"fmt"
 	"runtime"
 	"runtime/debug"
@@ -75,8 +74,8 @@ func invoke(event []byte) (out []byte) {
 	if handler == nil {
 		return buildEnvelope(nil, &Error{Message: "sdk: no handler registered; call sdk.Handle from an init function when building with -buildmode=c-shared"})
 	}
-	var e Event
-	if err := json.Unmarshal(event, &e); err != nil {
+	e, err := parseEvent(event)
+	if err != nil {
 		return buildEnvelope(nil, fmt.Errorf("sdk: invalid event: %w", err))
 	}
 	defer func() {

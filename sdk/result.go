@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strconv"
 )
 
 // Response is a handler result with an explicit HTTP status (200..499) and
@@ -43,11 +44,74 @@ func Errorf(status int, format string, args ...any) *Error {
 // error {"error": message}.
 type Handler func(ctx Context, e Event) (any, error)
 
-type envelope struct {
-	Result      any    `json:"result,omitempty"`
-	Error       any    `json:"error,omitempty"`
-	Status      int    `json:"status,omitempty"`
-	ContentType string `json:"contentType,omitempty"`
+// buildEnvelope encodes the result envelope (ABI.md): {"result": ...},
+// or {"error": ...} with an optional status, and an optional contentType.
+// Written by hand (jsonscan.go); byte-identical to encoding/json's output
+// for the same values.
+func buildEnvelope(v any, err error) []byte {
+	var result, errVal any
+	status, contentType := 0, ""
+	if err != nil {
+		var e *Error
+		if errors.As(err, &e) {
+			status = e.Status
+			if e.Outcome != nil {
+				errVal = e.Outcome
+			} else {
+				errVal = e.Message
+			}
+		} else {
+			errVal = err.Error()
+		}
+		if errVal == "" {
+			errVal = "bot failed"
+		}
+	} else {
+		switch r := v.(type) {
+		case Response:
+			result, status, contentType = resultValue(r.Body), r.Status, r.ContentType
+		case *Response:
+			if r != nil {
+				result, status, contentType = resultValue(r.Body), r.Status, r.ContentType
+			}
+		default:
+			result = resultValue(v)
+		}
+	}
+	b := make([]byte, 0, 256)
+	b = append(b, '{')
+	var merr error
+	if result != nil {
+		b = append(b, `"result":`...)
+		b, merr = appendValue(b, result, 0)
+	}
+	if errVal != nil && merr == nil {
+		if len(b) > 1 {
+			b = append(b, ',')
+		}
+		b = append(b, `"error":`...)
+		b, merr = appendValue(b, errVal, 0)
+	}
+	if merr != nil {
+		b = append(b[:0], `{"error":`...)
+		b = appendString(b, "sdk: cannot encode the bot's result: "+merr.Error())
+		return append(b, '}')
+	}
+	if status != 0 {
+		if len(b) > 1 {
+			b = append(b, ',')
+		}
+		b = append(b, `"status":`...)
+		b = strconv.AppendInt(b, int64(status), 10)
+	}
+	if contentType != "" {
+		if len(b) > 1 {
+			b = append(b, ',')
+		}
+		b = append(b, `"contentType":`...)
+		b = appendString(b, contentType)
+	}
+	return append(b, '}')
 }
 
 // resultValue maps the handler's value to what goes under "result".
@@ -62,40 +126,4 @@ func resultValue(v any) any {
 		return v
 	}
 	return v
-}
-
-func buildEnvelope(v any, err error) []byte {
-	var env envelope
-	if err != nil {
-		var e *Error
-		if errors.As(err, &e) {
-			env.Status = e.Status
-			if e.Outcome != nil {
-				env.Error = e.Outcome
-			} else {
-				env.Error = e.Message
-			}
-		} else {
-			env.Error = err.Error()
-		}
-		if env.Error == "" {
-			env.Error = "bot failed"
-		}
-	} else {
-		switch r := v.(type) {
-		case Response:
-			env.Result, env.Status, env.ContentType = resultValue(r.Body), r.Status, r.ContentType
-		case *Response:
-			if r != nil {
-				env.Result, env.Status, env.ContentType = resultValue(r.Body), r.Status, r.ContentType
-			}
-		default:
-			env.Result = resultValue(v)
-		}
-	}
-	b, merr := json.Marshal(env)
-	if merr != nil {
-		b, _ = json.Marshal(envelope{Error: "sdk: cannot encode the bot's result: " + merr.Error()})
-	}
-	return b
 }
