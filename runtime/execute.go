@@ -113,6 +113,10 @@ func (r *Runtime) Execute(ctx context.Context, m *Module, ex Execution) (*Result
 	if m == nil || m.compiled == nil {
 		return nil, errors.New("runtime: Execute with a nil module")
 	}
+	if !m.acquire() {
+		return nil, ErrModuleEvicted
+	}
+	defer m.release()
 	lim := r.limits(ex.Limits)
 	start := time.Now()
 	r.metrics.inFlight.Inc()

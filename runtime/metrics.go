@@ -13,6 +13,8 @@ type metrics struct {
 	compileDuration prometheus.Histogram
 	cacheHits       prometheus.Counter
 	cacheMisses     prometheus.Counter
+	evictions       prometheus.Counter
+	cachedBytes     prometheus.Gauge
 	guestMemory     prometheus.Histogram
 }
 
@@ -44,6 +46,14 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "sandbot_bot_module_cache_misses_total",
 			Help: "Compile calls that had to validate and compile the module.",
 		}),
+		evictions: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "sandbot_bot_module_cache_evictions_total",
+			Help: "Compiled modules dropped from memory to keep the cache within its budget.",
+		}),
+		cachedBytes: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "sandbot_bot_module_cache_bytes",
+			Help: "Bytes of the modules whose compiled code is held in memory.",
+		}),
 		guestMemory: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "sandbot_bot_guest_memory_bytes",
 			Help:    "Size of the bot's linear memory when its execution ended.",
@@ -57,6 +67,8 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		m.compileDuration = register(reg, m.compileDuration)
 		m.cacheHits = register(reg, m.cacheHits)
 		m.cacheMisses = register(reg, m.cacheMisses)
+		m.evictions = register(reg, m.evictions)
+		m.cachedBytes = register(reg, m.cachedBytes)
 		m.guestMemory = register(reg, m.guestMemory)
 	}
 	return m

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -25,7 +26,15 @@ const (
 	MaxTimeout            = 900 * time.Second
 	DefaultOutputBytes    = 8 << 20
 	DefaultLogBytes       = 10 << 10
+	// DefaultModuleCacheBytes bounds the compiled modules kept in memory,
+	// counted in module bytes (the machine code is about twice that).
+	DefaultModuleCacheBytes = 256 << 20
 )
+
+// ErrModuleEvicted is returned by Execute for a module that was evicted
+// from the in-memory cache after the caller obtained it: compile the
+// module's bytes again (the on-disk cache makes that fast) and retry.
+var ErrModuleEvicted = errors.New("runtime: module evicted from the cache")
 
 // Config configures a Runtime. The zero value is usable.
 type Config struct {
@@ -37,6 +46,10 @@ type Config struct {
 	// MemoryLimitBytes is the largest linear memory any execution may have
 	// (default 64 MiB); modules declaring a larger maximum are rejected.
 	MemoryLimitBytes uint64
+	// ModuleCacheBytes bounds the compiled modules kept in memory, counted
+	// in module bytes (default 256 MiB). The least recently used module
+	// beyond it is dropped; the on-disk cache still holds its code.
+	ModuleCacheBytes int
 	// Registerer receives the runtime's metrics; nil registers none.
 	Registerer prometheus.Registerer
 	// Logger receives compile and failure diagnostics; nil discards them.
@@ -55,9 +68,10 @@ type Runtime struct {
 	metrics *metrics
 	log     *slog.Logger
 
-	mu      sync.RWMutex
-	modules map[string]*Module
-	group   singleflight.Group
+	mu          sync.RWMutex
+	modules     map[string]*Module
+	cachedBytes int
+	group       singleflight.Group
 }
 
 // wasm32MaxPages is the largest memory a 32-bit module can address (4 GiB).
@@ -71,6 +85,9 @@ func New(ctx context.Context, cfg Config) (*Runtime, error) {
 	}
 	if cfg.MemoryLimitBytes == 0 {
 		cfg.MemoryLimitBytes = DefaultMemoryBytes
+	}
+	if cfg.ModuleCacheBytes <= 0 {
+		cfg.ModuleCacheBytes = DefaultModuleCacheBytes
 	}
 	const page = 64 << 10
 	cfg.MemoryLimitBytes = min(cfg.MemoryLimitBytes-cfg.MemoryLimitBytes%page, 4<<30-page)
@@ -159,6 +176,46 @@ type Module struct {
 	minMemory  uint64 // bytes
 	size       int
 	compiled   wazero.CompiledModule
+
+	lastUse atomic.Int64 // UnixNano of the last Lookup, Compile or Execute
+
+	// An evicted module's code is released when its last execution ends.
+	mu      sync.Mutex
+	running int
+	evicted bool
+}
+
+// acquire marks an execution as using m; it fails once m is evicted.
+func (m *Module) acquire() bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.evicted {
+		return false
+	}
+	m.running++
+	m.lastUse.Store(time.Now().UnixNano())
+	return true
+}
+
+func (m *Module) release() {
+	m.mu.Lock()
+	m.running--
+	closeNow := m.evicted && m.running == 0
+	m.mu.Unlock()
+	if closeNow {
+		_ = m.compiled.Close(context.Background())
+	}
+}
+
+// evict marks m evicted and releases its code unless executions still use it.
+func (m *Module) evict() {
+	m.mu.Lock()
+	m.evicted = true
+	closeNow := m.running == 0
+	m.mu.Unlock()
+	if closeNow {
+		_ = m.compiled.Close(context.Background())
+	}
 }
 
 // Hash is the hex SHA-256 of the module's bytes, its identity in the cache.
@@ -189,7 +246,38 @@ func (r *Runtime) Lookup(hash string) (*Module, bool) {
 	r.mu.RLock()
 	m, ok := r.modules[hash]
 	r.mu.RUnlock()
+	if ok {
+		m.lastUse.Store(time.Now().UnixNano())
+	}
 	return m, ok
+}
+
+// keep adds m to the in-memory modules and evicts the least recently used
+// others while the cache is over its budget.
+func (r *Runtime) keep(m *Module) {
+	m.lastUse.Store(time.Now().UnixNano())
+	var evicted []*Module
+	r.mu.Lock()
+	r.modules[m.hash] = m
+	r.cachedBytes += m.size
+	for r.cachedBytes > r.cfg.ModuleCacheBytes && len(r.modules) > 1 {
+		var lru *Module
+		for _, c := range r.modules {
+			if c != m && (lru == nil || c.lastUse.Load() < lru.lastUse.Load()) {
+				lru = c
+			}
+		}
+		delete(r.modules, lru.hash)
+		r.cachedBytes -= lru.size
+		evicted = append(evicted, lru)
+	}
+	r.metrics.cachedBytes.Set(float64(r.cachedBytes))
+	r.mu.Unlock()
+	for _, e := range evicted {
+		e.evict()
+		r.metrics.evictions.Inc()
+		r.log.Info("bot module evicted from the cache", "hash", e.hash, "bytes", e.size)
+	}
 }
 
 // Compile validates wasm against the ABI and compiles it, once per distinct
@@ -217,9 +305,7 @@ func (r *Runtime) Compile(ctx context.Context, wasm []byte) (*Module, error) {
 		if err != nil {
 			return nil, err
 		}
-		r.mu.Lock()
-		r.modules[hash] = m
-		r.mu.Unlock()
+		r.keep(m)
 		return m, nil
 	})
 	select {

@@ -34,6 +34,7 @@ type config struct {
 	MaxTextBytes      int64
 	MaxModuleBytes    int64
 	BotMemoryBytes    int64
+	ModuleCacheBytes  int64
 	BotOutputBytes    int64
 	BotLogBytes       int64
 	AuthRateLimit     int64
@@ -83,6 +84,7 @@ func configFlags(fs *flag.FlagSet, cfg *config) {
 	size(&cfg.MaxTextBytes, "max-text-bytes", "SANDBOT_MAX_TEXT_BYTES", 1<<20, "largest text, HL7 or form request body")
 	size(&cfg.MaxModuleBytes, "max-module-bytes", "SANDBOT_MAX_MODULE_BYTES", 32<<20, "largest bot module")
 	size(&cfg.BotMemoryBytes, "bot-memory-bytes", "SANDBOT_BOT_MEMORY_BYTES", 64<<20, "bot linear memory limit")
+	size(&cfg.ModuleCacheBytes, "module-cache-bytes", "SANDBOT_MODULE_CACHE_BYTES", 256<<20, "compiled bot modules kept in memory, in module bytes (least recently used dropped first)")
 	size(&cfg.BotOutputBytes, "bot-output-bytes", "SANDBOT_BOT_OUTPUT_BYTES", 8<<20, "largest bot result")
 	size(&cfg.BotLogBytes, "bot-log-bytes", "SANDBOT_BOT_LOG_BYTES", 10<<10, "bot log kept per execution")
 	size(&cfg.AuthRateLimit, "auth-rate-limit", "SANDBOT_AUTH_RATE_LIMIT", 160, "requests per minute per client IP on /auth and /oauth2 (0: no limit)")

@@ -148,6 +148,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		CacheDir:         filepath.Join(cfg.DataDir, "wasm-cache"),
 		MaxModuleBytes:   int(cfg.MaxModuleBytes),
 		MemoryLimitBytes: uint64(cfg.BotMemoryBytes),
+		ModuleCacheBytes: int(cfg.ModuleCacheBytes),
 		Registerer:       reg,
 		Logger:           log,
 	})

@@ -303,11 +303,19 @@ func (h *Handler) execute(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	lim := h.cfg.BotLimits
-	res, err := h.cfg.Runtime.Execute(ctx, mod, runtime.Execution{
+	ex := runtime.Execution{
 		Event:  event,
 		Limits: runtime.Limits{Timeout: timeout, MemoryBytes: lim.MemoryBytes, OutputBytes: lim.OutputBytes, LogBytes: lim.LogBytes},
 		FHIR:   h.botFHIR(ctx, rec),
-	})
+	}
+	res, err := h.cfg.Runtime.Execute(ctx, mod, ex)
+	if errors.Is(err, runtime.ErrModuleEvicted) {
+		// Dropped from the in-memory cache since it was looked up: compile
+		// it again (from the on-disk cache) and run it.
+		if mod, err = h.module(ctx, rec.Project, bot); err == nil {
+			res, err = h.cfg.Runtime.Execute(ctx, mod, ex)
+		}
+	}
 	h.audit(ctx, p, rec, bot, res, err)
 	if err != nil {
 		var f *runtime.Failure

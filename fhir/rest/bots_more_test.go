@@ -8,9 +8,13 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/sandbot/sandbot/admin"
 	"github.com/sandbot/sandbot/fhir"
+	"github.com/sandbot/sandbot/internal/server"
 	"github.com/sandbot/sandbot/internal/servertest"
+	"github.com/sandbot/sandbot/runtime"
 	"github.com/sandbot/sandbot/store"
 )
 
@@ -284,4 +288,54 @@ func TestBotFHIRImportActsAsBotMembership(t *testing.T) {
 			t.Errorf("bot read across projects: %d %s", r.Status, r.Body)
 		}
 	})
+}
+
+// TestBotModuleCacheEviction: with room for one compiled module, two bots
+// executed in turn evict each other at every call; each execution compiles
+// its module again from the stored Binary and answers correctly.
+func TestBotModuleCacheEviction(t *testing.T) {
+	echo := readWasm(t, "../../examples/c-echo/c-echo.wasm")
+	event := readWasm(t, "testdata/event.wasm")
+	reg := prometheus.NewRegistry()
+	rt, err := runtime.New(context.Background(), runtime.Config{ModuleCacheBytes: max(len(echo), len(event)) + 1, Registerer: reg})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { rt.Close(context.Background()) })
+	withRuntime := func(cfg *server.Config) { cfg.Runtime = rt }
+	servertest.ForEachBackend(t, func(t *testing.T, s *servertest.Server) {
+		c := s.NewProject(t, "evict")
+		a := deployBot(t, c, echo, nil)
+		b := deployBot(t, c, event, nil)
+		for i := 0; i < 3; i++ {
+			if r := c.Do("POST", "fhir/R4/Bot/"+a+"/$execute", "ping", "text/plain"); r.Status != 200 || string(r.Body) != "ping" {
+				t.Fatalf("echo, round %d: %d %q", i, r.Status, r.Body)
+			}
+			if r := c.Do("POST", "fhir/R4/Bot/"+b+"/$execute", "null", "text/plain"); r.Issue() != "All OK" {
+				t.Fatalf("event bot, round %d: %d %q", i, r.Status, r.Body)
+			}
+		}
+	}, withRuntime)
+	if n := metricValue(t, reg, "sandbot_bot_module_cache_evictions_total"); n < 6 {
+		t.Errorf("evictions %v, want at least 6", n)
+	}
+}
+
+func metricValue(t *testing.T, g prometheus.Gatherer, name string) float64 {
+	t.Helper()
+	mfs, err := g.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() == name && len(mf.GetMetric()) > 0 {
+			m := mf.GetMetric()[0]
+			if m.GetCounter() != nil {
+				return m.GetCounter().GetValue()
+			}
+			return m.GetGauge().GetValue()
+		}
+	}
+	t.Fatalf("no metric %s", name)
+	return 0
 }
