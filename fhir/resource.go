@@ -6,7 +6,8 @@ import (
 	"sort"
 	"strings"
 	"time"
-	"unicode/utf8"
+
+	"github.com/sandbot/sandbot/internal/jsonx"
 )
 
 // Resource is a FHIR resource as a decoded JSON object. Numbers stay
@@ -166,7 +167,7 @@ func (r Resource) Marshal() ([]byte, error) {
 			buf = append(buf, ',')
 		}
 		first = false
-		buf = appendString(buf, k)
+		buf = jsonx.AppendString(buf, k)
 		buf = append(buf, ':')
 		buf, err = appendValue(buf, v)
 	}
@@ -196,7 +197,7 @@ func appendValue(buf []byte, v any) ([]byte, error) {
 	case nil:
 		return append(buf, "null"...), nil
 	case string:
-		return appendString(buf, t), nil
+		return jsonx.AppendString(buf, t), nil
 	case bool:
 		if t {
 			return append(buf, "true"...), nil
@@ -218,7 +219,7 @@ func appendValue(buf []byte, v any) ([]byte, error) {
 			if i > 0 {
 				buf = append(buf, ',')
 			}
-			buf = appendString(buf, k)
+			buf = jsonx.AppendString(buf, k)
 			buf = append(buf, ':')
 			var err error
 			if buf, err = appendValue(buf, t[k]); err != nil {
@@ -247,63 +248,6 @@ func appendValue(buf []byte, v any) ([]byte, error) {
 		}
 		return append(buf, bytes.TrimRight(b.Bytes(), "\n")...), nil
 	}
-}
-
-const hexDigits = "0123456789abcdef"
-
-// appendString writes s as a JSON string the way encoding/json does with
-// HTML escaping off: control characters, quote and backslash escaped,
-// invalid UTF-8 replaced by U+FFFD, U+2028 and U+2029 escaped.
-func appendString(buf []byte, s string) []byte {
-	buf = append(buf, '"')
-	start := 0
-	for i := 0; i < len(s); {
-		c := s[i]
-		if c < utf8.RuneSelf {
-			if c >= 0x20 && c != '"' && c != '\\' {
-				i++
-				continue
-			}
-			buf = append(buf, s[start:i]...)
-			switch c {
-			case '"', '\\':
-				buf = append(buf, '\\', c)
-			case '\n':
-				buf = append(buf, '\\', 'n')
-			case '\r':
-				buf = append(buf, '\\', 'r')
-			case '\t':
-				buf = append(buf, '\\', 't')
-			case '\b':
-				buf = append(buf, '\\', 'b')
-			case '\f':
-				buf = append(buf, '\\', 'f')
-			default:
-				buf = append(buf, '\\', 'u', '0', '0', hexDigits[c>>4], hexDigits[c&0xF])
-			}
-			i++
-			start = i
-			continue
-		}
-		r, size := utf8.DecodeRuneInString(s[i:])
-		if r == utf8.RuneError && size == 1 {
-			buf = append(buf, s[start:i]...)
-			buf = append(buf, "\\ufffd"...)
-			i += size
-			start = i
-			continue
-		}
-		if r == '\u2028' || r == '\u2029' {
-			buf = append(buf, s[start:i]...)
-			buf = append(buf, '\\', 'u', '2', '0', '2', hexDigits[r&0xF])
-			i += size
-			start = i
-			continue
-		}
-		i += size
-	}
-	buf = append(buf, s[start:]...)
-	return append(buf, '"')
 }
 
 // References returns every relative reference ("Type/id") found anywhere in

@@ -6,9 +6,11 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
+	"slices"
 	"unicode/utf8"
 
 	"github.com/sandbot/sandbot/hl7"
+	"github.com/sandbot/sandbot/internal/jsonx"
 )
 
 // The media types the ABI maps to event.input.
@@ -35,6 +37,64 @@ type Event struct {
 	Secrets     map[string]any    `json:"secrets"`
 	TraceID     string            `json:"traceId"`
 	Headers     map[string]string `json:"headers"`
+}
+
+// JSON encodes the event. It is written by hand (a tenth of json.Marshal's
+// time: encoding/json would re-validate and compact Input, which can be a
+// megabyte of HL7), so Input must be what Input or FormInput returned:
+// valid, compact JSON. Keys come in the order of the ABI's example, map
+// keys sorted.
+func (e *Event) JSON() ([]byte, error) {
+	b := make([]byte, 0, 256+len(e.Input))
+	b = append(b, `{"bot":`...)
+	b = appendReference(b, e.Bot)
+	b = append(b, `,"requester":`...)
+	b = appendReference(b, e.Requester)
+	b = append(b, `,"contentType":`...)
+	b = jsonx.AppendString(b, e.ContentType)
+	b = append(b, `,"input":`...)
+	if len(e.Input) == 0 {
+		b = append(b, "null"...)
+	} else {
+		b = append(b, e.Input...)
+	}
+	b = append(b, `,"secrets":`...)
+	if len(e.Secrets) == 0 {
+		b = append(b, "{}"...)
+	} else {
+		s, err := json.Marshal(e.Secrets)
+		if err != nil {
+			return nil, err
+		}
+		b = append(b, s...)
+	}
+	b = append(b, `,"traceId":`...)
+	b = jsonx.AppendString(b, e.TraceID)
+	b = append(b, `,"headers":{`...)
+	keys := make([]string, 0, len(e.Headers))
+	for k := range e.Headers {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	for i, k := range keys {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = jsonx.AppendString(b, k)
+		b = append(b, ':')
+		b = jsonx.AppendString(b, e.Headers[k])
+	}
+	return append(b, "}}"...), nil
+}
+
+func appendReference(b []byte, r Reference) []byte {
+	b = append(b, `{"reference":`...)
+	b = jsonx.AppendString(b, r.Reference)
+	if r.Display != "" {
+		b = append(b, `,"display":`...)
+		b = jsonx.AppendString(b, r.Display)
+	}
+	return append(b, '}')
 }
 
 // InputError says why a body does not fit its media type.

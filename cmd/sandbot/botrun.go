@@ -182,7 +182,7 @@ func botEvent(name, contentType string, body []byte, hasInput bool) ([]byte, err
 			return nil, fmt.Errorf("input: %w", err)
 		}
 	}
-	return json.Marshal(ev)
+	return ev.JSON()
 }
 
 func envelopeJSON(e runtime.Envelope) ([]byte, error) {

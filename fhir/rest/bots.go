@@ -442,7 +442,7 @@ func (h *Handler) botEvent(ctx context.Context, r *http.Request, p *auth.Princip
 		}
 		headers[lk] = strings.Join(v, ", ")
 	}
-	return json.Marshal(runtime.Event{
+	ev := runtime.Event{
 		Bot:         runtime.Reference{Reference: "Bot/" + rec.ID, Display: bot.String("name")},
 		Requester:   runtime.Reference{Reference: p.Profile},
 		ContentType: mediaType,
@@ -450,7 +450,8 @@ func (h *Handler) botEvent(ctx context.Context, r *http.Request, p *auth.Princip
 		Secrets:     projectSecrets(project),
 		TraceID:     httpx.TraceID(ctx),
 		Headers:     headers,
-	})
+	}
+	return ev.JSON()
 }
 
 // projectSecrets maps Project.secret to the name-keyed object of event.secrets.
