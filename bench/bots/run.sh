@@ -4,6 +4,7 @@
 # server running the same handler through vm.runInNewContext per request).
 #
 # Usage: bench/bots/run.sh [duration, default 10s]   (needs wrk: apt-get install wrk)
+# DATABASE_URL=postgres://... runs the server on PostgreSQL instead of SQLite.
 # Server-side latency comes from sandbot's access log (exact per-request
 # durations); client-side figures are wrk's.
 set -euo pipefail
@@ -17,7 +18,7 @@ trap 'kill $(jobs -p) 2>/dev/null || true; rm -rf "$work"' EXIT
 go build -o "$work/sandbot" ./cmd/sandbot
 ID=bench-admin SECRET=bench-admin-secret-0123456789
 SANDBOT_ADDR=127.0.0.1:18110 SANDBOT_METRICS_ADDR=127.0.0.1:19110 SANDBOT_BASE_URL=http://127.0.0.1:18110/ \
-SANDBOT_DATA_DIR="$work/data" SANDBOT_ADMIN_CLIENT_ID=$ID SANDBOT_ADMIN_CLIENT_SECRET=$SECRET \
+SANDBOT_DATA_DIR="$work/data" SANDBOT_DATABASE_URL="${DATABASE_URL:-}" SANDBOT_ADMIN_CLIENT_ID=$ID SANDBOT_ADMIN_CLIENT_SECRET=$SECRET \
   "$work/sandbot" serve >"$work/out.log" 2>"$work/server.log" &
 for _ in $(seq 1 50); do curl -sf http://127.0.0.1:18110/healthcheck >/dev/null && break; sleep 0.2; done
 B=http://127.0.0.1:18110

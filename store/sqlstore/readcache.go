@@ -44,13 +44,14 @@ const readCacheSlots = 1 << 14
 // readCacheBytes bounds the JSON the cache holds.
 const readCacheBytes = 64 << 20
 
-func newReadCache(counterPath string) *readCache {
-	c := &readCache{rows: map[string]cachedRow{}, maxBytes: readCacheBytes, release: func() {}}
-	if counters, release, err := mapCounters(counterPath, readCacheSlots); err == nil {
-		c.counters, c.release = counters, release
-		return c
+// newReadCache fails when the counters cannot be shared: then there is no
+// cache, rather than one that could go stale.
+func newReadCache(counterPath string) (*readCache, error) {
+	counters, release, err := mapCounters(counterPath, readCacheSlots)
+	if err != nil {
+		return nil, err
 	}
-	return nil // no shared counters: no cache, rather than one that could go stale
+	return &readCache{rows: map[string]cachedRow{}, maxBytes: readCacheBytes, counters: counters, release: release}, nil
 }
 
 func (c *readCache) slot(id string) *uint64 {

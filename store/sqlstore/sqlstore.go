@@ -172,7 +172,9 @@ func Open(ctx context.Context, databaseURL string, opts Options) (*Store, error)
 	}
 	if dialect == SQLite {
 		if !strings.HasPrefix(databaseURL, ":") && !strings.Contains(databaseURL, "mode=memory") {
-			s.cache = newReadCache(databaseURL + "-versions")
+			if s.cache, err = newReadCache(databaseURL + "-versions"); err != nil {
+				log.Warn("sqlite read cache off: its version counters cannot be shared", "err", err)
+			}
 		}
 		stop := make(chan struct{})
 		s.stopOptimizer = sync.OnceFunc(func() { close(stop) })
