@@ -191,29 +191,8 @@ func (s *scanner) skip(depth int) ([]byte, error) {
 			return nil, err
 		}
 	case c == '{':
-		s.off++
-		if s.peek() == '}' {
-			s.off++
-			break
-		}
-		for {
-			if _, err := s.str(); err != nil {
-				return nil, err
-			}
-			if err := s.expect(':'); err != nil {
-				return nil, err
-			}
-			if _, err := s.skip(depth + 1); err != nil {
-				return nil, err
-			}
-			if s.peek() == ',' {
-				s.off++
-				continue
-			}
-			if err := s.expect('}'); err != nil {
-				return nil, err
-			}
-			break
+		if err := s.object(func(string) error { _, err := s.skip(depth + 1); return err }); err != nil {
+			return nil, err
 		}
 	case c == '[':
 		s.off++
@@ -225,14 +204,13 @@ func (s *scanner) skip(depth int) ([]byte, error) {
 			if _, err := s.skip(depth + 1); err != nil {
 				return nil, err
 			}
-			if s.peek() == ',' {
-				s.off++
-				continue
+			if s.peek() != ',' {
+				break
 			}
-			if err := s.expect(']'); err != nil {
-				return nil, err
-			}
-			break
+			s.off++
+		}
+		if err := s.expect(']'); err != nil {
+			return nil, err
 		}
 	case c == '-' || '0' <= c && c <= '9':
 		if err := s.number(); err != nil {
@@ -426,7 +404,8 @@ func parseEvent(b []byte) (Event, error) {
 
 // appendString appends s as a JSON string exactly as encoding/json.Marshal
 // writes it: HTML-safe (<, >, & escaped), U+2028 and U+2029 escaped,
-// invalid UTF-8 as U+FFFD.
+// invalid UTF-8 as U+FFFD. The server's internal/jsonx has the same loop
+// without the HTML escapes; the SDK is its own module and cannot import it.
 func appendString(b []byte, s string) []byte {
 	const hex = "0123456789abcdef"
 	b = append(b, '"')
@@ -503,64 +482,15 @@ func appendValue(b []byte, v any, depth int) ([]byte, error) {
 		}
 		return appendMarshal(b, v) // validated by encoding/json
 	case map[string]string:
-		keys := sortedKeys(v)
-		b = append(b, '{')
-		for i, k := range keys {
-			if i > 0 {
-				b = append(b, ',')
-			}
-			b = appendString(b, k)
-			b = append(b, ':')
-			b = appendString(b, v[k])
-		}
-		return append(b, '}'), nil
+		return appendMap(b, v, depth)
 	case map[string]any:
-		if v == nil {
-			return append(b, "null"...), nil
-		}
-		keys := sortedKeys(v)
-		b = append(b, '{')
-		for i, k := range keys {
-			if i > 0 {
-				b = append(b, ',')
-			}
-			b = appendString(b, k)
-			b = append(b, ':')
-			var err error
-			if b, err = appendValue(b, v[k], depth+1); err != nil {
-				return nil, err
-			}
-		}
-		return append(b, '}'), nil
+		return appendMap(b, v, depth)
 	case Resource:
-		return appendValue(b, map[string]any(v), depth)
+		return appendMap(b, v, depth)
 	case []any:
-		if v == nil {
-			return append(b, "null"...), nil
-		}
-		b = append(b, '[')
-		for i, e := range v {
-			if i > 0 {
-				b = append(b, ',')
-			}
-			var err error
-			if b, err = appendValue(b, e, depth+1); err != nil {
-				return nil, err
-			}
-		}
-		return append(b, ']'), nil
+		return appendSlice(b, v, depth)
 	case []string:
-		if v == nil {
-			return append(b, "null"...), nil
-		}
-		b = append(b, '[')
-		for i, e := range v {
-			if i > 0 {
-				b = append(b, ',')
-			}
-			b = appendString(b, e)
-		}
-		return append(b, ']'), nil
+		return appendSlice(b, v, depth)
 	}
 	return appendMarshal(b, v)
 }
@@ -573,11 +503,45 @@ func appendMarshal(b []byte, v any) ([]byte, error) {
 	return append(b, m...), nil
 }
 
-func sortedKeys[V any](m map[string]V) []string {
+// appendMap writes an object with sorted keys (null for a nil map), as
+// encoding/json does.
+func appendMap[M ~map[string]V, V any](b []byte, m M, depth int) ([]byte, error) {
+	if m == nil {
+		return append(b, "null"...), nil
+	}
 	keys := make([]string, 0, len(m))
 	for k := range m {
 		keys = append(keys, k)
 	}
 	slices.Sort(keys)
-	return keys
+	b = append(b, '{')
+	for i, k := range keys {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = appendString(b, k)
+		b = append(b, ':')
+		var err error
+		if b, err = appendValue(b, m[k], depth+1); err != nil {
+			return nil, err
+		}
+	}
+	return append(b, '}'), nil
+}
+
+func appendSlice[V any](b []byte, s []V, depth int) ([]byte, error) {
+	if s == nil {
+		return append(b, "null"...), nil
+	}
+	b = append(b, '[')
+	for i, e := range s {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		var err error
+		if b, err = appendValue(b, e, depth+1); err != nil {
+			return nil, err
+		}
+	}
+	return append(b, ']'), nil
 }

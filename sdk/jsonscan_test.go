@@ -107,7 +107,7 @@ func valueSamples() []any {
 		map[string]string{"b": "2", "a": "1", "<": ">"},
 		map[string]any{"resourceType": "Patient", "name": []any{map[string]any{"given": []any{"Ada"}}}, "active": true, "n": 3.25, "x": nil},
 		Resource{"resourceType": "Observation", "valueQuantity": map[string]any{"value": 7}},
-		[]any{}, []any(nil), map[string]any(nil), []string{"a", "<b>"}, []string(nil),
+		[]any{}, []any(nil), map[string]any(nil), map[string]string(nil), map[string]string{}, []string{"a", "<b>"}, []string(nil),
 		struct {
 			A string `json:"a"`
 			B []int  `json:"b,omitempty"`
