@@ -4,6 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
+	"sync"
+	"sync/atomic"
 	"testing"
 
 	"github.com/sandbot/sandbot/fhir"
@@ -108,6 +111,77 @@ func TestTwoStoresOneDatabase(t *testing.T) {
 			}
 			if _, err := c.Read(ctx, store.AllProjects, "Bot", rec.ID); !errors.Is(err, fhir.ErrGone) {
 				t.Fatalf("read on the second store after its delete: %v, want gone", err)
+			}
+		})
+	}
+}
+
+// TestReadCacheNeverGoesBack: while one store updates a resource 200 times,
+// readers on it and on a second store over the same database never read a
+// version older than the last update that had returned before their read
+// began.
+func TestReadCacheNeverGoesBack(t *testing.T) {
+	for _, b := range storetest.Backends(t) {
+		t.Run(b.Name, func(t *testing.T) {
+			ctx := context.Background()
+			url := b.NewURL(t)
+			open := func() *sqlstore.Store {
+				s, err := sqlstore.Open(ctx, url, sqlstore.Options{Migrate: true})
+				if err != nil {
+					t.Fatal(err)
+				}
+				t.Cleanup(func() { s.Close() })
+				return s
+			}
+			writer, other := open(), open()
+			w := store.Write{Project: "p1"}
+			rec, err := writer.Create(ctx, fhir.Resource{"resourceType": "Bot", "name": "0"}, w)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var committed atomic.Int64
+			done := make(chan struct{})
+			var wg sync.WaitGroup
+			errs := make(chan error, 4)
+			for _, s := range []*sqlstore.Store{writer, other, writer, other} {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					for {
+						select {
+						case <-done:
+							return
+						default:
+						}
+						floor := committed.Load()
+						r, err := s.Read(ctx, store.AllProjects, "Bot", rec.ID)
+						if err != nil {
+							errs <- err
+							return
+						}
+						res, _ := r.Resource()
+						n, _ := strconv.ParseInt(res["name"].(string), 10, 64)
+						if n < floor {
+							errs <- fmt.Errorf("read version %d after update %d had returned", n, floor)
+							return
+						}
+					}
+				}()
+			}
+			for i := int64(1); i <= 200; i++ {
+				if _, err := writer.Update(ctx, store.AllProjects, "Bot", rec.ID, w, func(r fhir.Resource) (fhir.Resource, error) {
+					r["name"] = strconv.FormatInt(i, 10)
+					return r, nil
+				}); err != nil {
+					t.Fatal(err)
+				}
+				committed.Store(i)
+			}
+			close(done)
+			wg.Wait()
+			close(errs)
+			for err := range errs {
+				t.Error(err)
 			}
 		})
 	}
