@@ -2,6 +2,7 @@ package runtime
 
 import (
 	"sync"
+	"time"
 
 	"github.com/tetratelabs/wazero/experimental"
 )
@@ -9,21 +10,35 @@ import (
 // memPool recycles the linear memories of finished executions. Each buffer
 // reserves the runtime's whole memory limit of address space up front (see
 // mmap_linux.go), so growing a guest's memory never copies; only the pages the
-// guest touches are ever backed. When an execution ends, the bytes it used are
-// zeroed (the first warmBytes by clearing, which keeps them resident for the
-// next execution; the rest are returned to the kernel, which hands back zero
-// pages), and the buffer goes back to the pool.
+// guest touches are ever backed. A finished execution's buffer is zeroed
+// (the first warmBytes by clearing, which keeps them resident for the next
+// execution; the rest are returned to the kernel, which hands back zero
+// pages) by a background goroutine, off the request's path: for a Go bot
+// that is 0.4 ms of 3 ms. A get that finds no clean buffer zeroes a dirty
+// one itself rather than wait, so a buffer is never handed out unzeroed.
 type memPool struct {
 	size      uint64 // bytes reserved per buffer (the runtime memory limit)
 	warmBytes uint64
-	maxIdle   int
+	maxIdle   int // clean and dirty buffers kept, together
 
-	mu   sync.Mutex
-	idle [][]byte
+	mu     sync.Mutex
+	idle   [][]byte // zeroed
+	dirty  []dirtyBuf
+	closed bool
+	wake   chan struct{}
+	done   chan struct{}
+}
+
+type dirtyBuf struct {
+	b    []byte
+	used uint64
 }
 
 func newMemPool(size uint64, maxIdle int) *memPool {
-	return &memPool{size: size, warmBytes: 4 << 20, maxIdle: maxIdle}
+	p := &memPool{size: size, warmBytes: 4 << 20, maxIdle: maxIdle,
+		wake: make(chan struct{}, 1), done: make(chan struct{})}
+	go p.cleaner()
+	return p
 }
 
 func (p *memPool) get() ([]byte, error) {
@@ -35,40 +50,113 @@ func (p *memPool) get() ([]byte, error) {
 		p.mu.Unlock()
 		return b, nil
 	}
+	if n := len(p.dirty); n > 0 {
+		d := p.dirty[n-1]
+		p.dirty[n-1] = dirtyBuf{}
+		p.dirty = p.dirty[:n-1]
+		p.mu.Unlock()
+		if p.zero(d) {
+			return d.b, nil
+		}
+		return reserve(p.size)
+	}
 	p.mu.Unlock()
 	return reserve(p.size)
 }
 
-// put zeroes the first used bytes of b and keeps it for reuse.
+// put hands b, of which the guest used the first used bytes, to the
+// cleaner; over maxIdle buffers it is unmapped instead.
 func (p *memPool) put(b []byte, used uint64) {
-	if used > uint64(len(b)) {
-		used = uint64(len(b))
-	}
-	warm := min(used, p.warmBytes)
-	clear(b[:warm])
-	if used > warm {
-		if err := discard(b[warm:used]); err != nil {
-			release(b)
-			return
-		}
-	}
 	p.mu.Lock()
-	if len(p.idle) < p.maxIdle {
-		p.idle = append(p.idle, b)
+	if p.closed || len(p.idle)+len(p.dirty) >= p.maxIdle {
 		p.mu.Unlock()
+		release(b)
 		return
 	}
+	p.dirty = append(p.dirty, dirtyBuf{b: b, used: min(used, uint64(len(b)))})
+	select { // under mu: close closes wake under mu too
+	case p.wake <- struct{}{}:
+	default:
+	}
 	p.mu.Unlock()
-	release(b)
+}
+
+// zero clears the used part of d.b; false means it failed and d.b is gone.
+func (p *memPool) zero(d dirtyBuf) bool {
+	warm := min(d.used, p.warmBytes)
+	clear(d.b[:warm])
+	if d.used > warm {
+		if err := discard(d.b[warm:d.used]); err != nil {
+			release(d.b)
+			return false
+		}
+	}
+	return true
+}
+
+func (p *memPool) cleaner() {
+	defer close(p.done)
+	for range p.wake {
+		for {
+			p.mu.Lock()
+			if p.closed {
+				p.mu.Unlock()
+				return
+			}
+			n := len(p.dirty)
+			if n == 0 {
+				p.mu.Unlock()
+				break
+			}
+			d := p.dirty[n-1]
+			p.dirty[n-1] = dirtyBuf{}
+			p.dirty = p.dirty[:n-1]
+			p.mu.Unlock()
+			if !p.zero(d) {
+				continue
+			}
+			p.mu.Lock()
+			if p.closed {
+				p.mu.Unlock()
+				release(d.b)
+				return
+			}
+			p.idle = append(p.idle, d.b)
+			p.mu.Unlock()
+		}
+	}
+}
+
+// idleCount reports the clean buffers, once the cleaner has caught up.
+func (p *memPool) idleCount() int {
+	for {
+		p.mu.Lock()
+		idle, dirty := len(p.idle), len(p.dirty)
+		p.mu.Unlock()
+		if dirty == 0 {
+			return idle
+		}
+		time.Sleep(time.Millisecond)
+	}
 }
 
 func (p *memPool) close() {
 	p.mu.Lock()
-	idle := p.idle
-	p.idle = nil
+	if p.closed {
+		p.mu.Unlock()
+		return
+	}
+	p.closed = true
+	idle, dirty := p.idle, p.dirty
+	p.idle, p.dirty = nil, nil
+	close(p.wake)
 	p.mu.Unlock()
+	<-p.done
 	for _, b := range idle {
 		release(b)
+	}
+	for _, d := range dirty {
+		release(d.b)
 	}
 }
 

@@ -650,7 +650,49 @@ func TestPooledMemoryZeroed(t *testing.T) {
 			t.Fatalf("round %d: %s bytes of the previous execution visible", i, res.Envelope.Result)
 		}
 	}
-	if n := len(r.pool.idle); n != 1 {
-		t.Fatalf("%d buffers idle, want 1 (reused)", n)
+	// Buffers are reused: one, or two when an execution began while the
+	// cleaner still held the previous one.
+	if n := r.pool.idleCount(); n < 1 || n > 2 {
+		t.Fatalf("%d buffers idle after 6 sequential executions, want 1 or 2 (reused)", n)
+	}
+}
+
+// TestPooledMemoryZeroedConcurrently: with executions running side by side
+// and buffers going through the background cleaner, no execution ever sees
+// another's bytes.
+func TestPooledMemoryZeroedConcurrently(t *testing.T) {
+	r, err := New(context.Background(), Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close(context.Background())
+	m := compileFixture(t, r, "bots.wasm")
+	var wg sync.WaitGroup
+	errs := make(chan string, 64)
+	for g := 0; g < 6; g++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; i < 8; i++ {
+				if _, err := r.Execute(context.Background(), m, Execution{Event: event("scribble")}); err != nil {
+					errs <- err.Error()
+					return
+				}
+				res, err := r.Execute(context.Background(), m, Execution{Event: event("peek")})
+				if err != nil {
+					errs <- err.Error()
+					return
+				}
+				if string(res.Envelope.Result) != "0" {
+					errs <- string(res.Envelope.Result) + " bytes of another execution visible"
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for e := range errs {
+		t.Error(e)
 	}
 }
