@@ -116,7 +116,9 @@ func (s *Store) write(ctx context.Context, res fhir.Resource, id, project string
 // create writes its JSON once; history holds the versions since superseded,
 // and reads of history take the union of both tables (historyRowsSQL).
 func (s *Store) archiveCurrent(ctx context.Context, id string) error {
-	*s.touched = append(*s.touched, id)
+	if s.touched != nil { // always, in a transaction; the cache hears of it at commit
+		*s.touched = append(*s.touched, id)
+	}
 	_, err := s.q.ExecContext(ctx, s.rebind(`INSERT INTO resource_history (`+rowColumns+`) SELECT `+rowColumns+` FROM resources WHERE id = ?`), id)
 	if err != nil {
 		return fmt.Errorf("history of %s: %w", id, err)
