@@ -25,13 +25,15 @@ test-node:
 	cd compat && npm ci --no-audit --no-fund --loglevel=error && node --test
 
 # HL7 for FUZZTIME (60 s in CI, as its issue asks); the FHIR search and
-# resource decoders and the SDK's event decoder and envelope encoder for a
-# shorter while on every run.
+# resource decoders, the bot input mapping and envelope parser, and the SDK's
+# event decoder and envelope encoder for a shorter while on every run.
 fuzz:
 	$(GO) test ./hl7 -run '^$$' -fuzz '^FuzzParse$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./fhir -run '^$$' -fuzz '^FuzzParseSearch$$' -fuzztime 10s
 	$(GO) test ./fhir -run '^$$' -fuzz '^FuzzParseResource$$' -fuzztime 10s
 	$(GO) test ./fhir -run '^$$' -fuzz '^FuzzMarshalMatchesEncodingJSON$$' -fuzztime 10s
+	$(GO) test ./runtime -run '^$$' -fuzz '^FuzzInput$$' -fuzztime 10s
+	$(GO) test ./runtime -run '^$$' -fuzz '^FuzzParseEnvelope$$' -fuzztime 10s
 	cd sdk && $(GO) test . -run '^$$' -fuzz '^FuzzParseEvent$$' -fuzztime 10s
 	cd sdk && $(GO) test . -run '^$$' -fuzz '^FuzzAppendValue$$' -fuzztime 10s
 

@@ -1,0 +1,75 @@
+package runtime
+
+import (
+	"encoding/json"
+	"testing"
+	"unicode/utf8"
+)
+
+// FuzzInput: any body under any of the ABI's media types either is refused
+// with an *InputError or becomes valid, compact JSON that Event.JSON can
+// embed as it is (it does not re-validate); text comes back unchanged.
+// The corpus entry in testdata is an HL7 body that is not UTF-8.
+func FuzzInput(f *testing.F) {
+	for _, s := range []string{"", "hello", `{"a":[1,2]}`, `{"resourceType":"Patient"}`, "a=1&b=2&a=3",
+		"MSH|^~\\&|A|B|C|D|20240102||ADT^A01|1|P|2.5\rPID|||1\r", "\xff", " { \"x\" : 1 } "} {
+		for mt := range 6 {
+			f.Add(mt, []byte(s))
+		}
+	}
+	types := []string{MediaText, MediaJSON, MediaFHIR, MediaForm, MediaHL7, ""}
+	f.Fuzz(func(t *testing.T, mt int, body []byte) {
+		mediaType := types[uint(mt)%uint(len(types))]
+		in, err := Input(mediaType, body)
+		if err != nil {
+			if _, ok := err.(*InputError); !ok {
+				t.Fatalf("%s: error %T %v is not an *InputError", mediaType, err, err)
+			}
+			return
+		}
+		if !json.Valid(in) {
+			t.Fatalf("%s: input %q is not valid JSON", mediaType, in)
+		}
+		ev := Event{ContentType: mediaType, Input: in}
+		b, err := ev.JSON()
+		if err != nil || !json.Valid(b) {
+			t.Fatalf("%s: event %q not valid JSON: %v", mediaType, b, err)
+		}
+		if mediaType == MediaText || mediaType == MediaHL7 {
+			// Text must be UTF-8 (else refused); HL7 in another encoding is
+			// read as the reference reads it, each invalid byte as U+FFFD.
+			want := string([]rune(string(body)))
+			var s string
+			if json.Unmarshal(in, &s) != nil || s != want || (mediaType == MediaText && !utf8.Valid(body)) {
+				t.Fatalf("%s: text %q came back as %q", mediaType, body, in)
+			}
+		}
+	})
+}
+
+// FuzzParseEnvelope: any bytes a bot returns are either refused as a bot
+// failure or parsed into an envelope whose fields keep the ABI's rules.
+func FuzzParseEnvelope(f *testing.F) {
+	for _, s := range []string{`{}`, `{"result":1}`, `{"error":"x","status":404}`, `{"result":"a","contentType":"text/plain"}`,
+		`{"status":500}`, `{"error":{"resourceType":"OperationOutcome"}}`, `{"result":1} x`, `[]`, "", `{"status":2e2}`} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		env, err := parseEnvelope(b)
+		if err != nil {
+			if f, ok := err.(*Failure); !ok || f.Kind != FailEnvelope {
+				t.Fatalf("error %T %v is not an envelope failure", err, err)
+			}
+			return
+		}
+		if env.Status != 0 && (env.Status < 200 || env.Status > 499) {
+			t.Fatalf("status %d accepted", env.Status)
+		}
+		if env.Result != nil && !json.Valid(env.Result) {
+			t.Fatalf("result %q is not valid JSON", env.Result)
+		}
+		if env.Error != nil && env.Error[0] != '"' && env.Error[0] != '{' {
+			t.Fatalf("error %q is neither a string nor an object", env.Error)
+		}
+	})
+}
