@@ -2,7 +2,6 @@ package runtime
 
 import (
 	"sync"
-	"time"
 
 	"github.com/tetratelabs/wazero/experimental"
 )
@@ -124,19 +123,6 @@ func (p *memPool) cleaner() {
 			p.idle = append(p.idle, d.b)
 			p.mu.Unlock()
 		}
-	}
-}
-
-// idleCount reports the clean buffers, once the cleaner has caught up.
-func (p *memPool) idleCount() int {
-	for {
-		p.mu.Lock()
-		idle, dirty := len(p.idle), len(p.dirty)
-		p.mu.Unlock()
-		if dirty == 0 {
-			return idle
-		}
-		time.Sleep(time.Millisecond)
 	}
 }
 

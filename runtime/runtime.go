@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -177,7 +178,7 @@ type Module struct {
 	size       int
 	compiled   wazero.CompiledModule
 
-	lastUse atomic.Int64 // UnixNano of the last Lookup, Compile or Execute
+	lastUse atomic.Int64 // UnixNano of when it was compiled or last executed
 
 	// An evicted module's code is released when its last execution ends.
 	mu      sync.Mutex
@@ -246,9 +247,6 @@ func (r *Runtime) Lookup(hash string) (*Module, bool) {
 	r.mu.RLock()
 	m, ok := r.modules[hash]
 	r.mu.RUnlock()
-	if ok {
-		m.lastUse.Store(time.Now().UnixNano())
-	}
 	return m, ok
 }
 
@@ -377,18 +375,6 @@ func (r *Runtime) checkImportNames(imports []wasmImport) error {
 	return nil
 }
 
-func sameTypes(a, b []api.ValueType) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
-}
-
 func signature(params, results []api.ValueType) string {
 	s := "("
 	for i, p := range params {
@@ -417,7 +403,7 @@ func (r *Runtime) checkShape(cm wazero.CompiledModule) (*Module, error) {
 			d := r.wasi[name]
 			want.params, want.results = d.ParamTypes(), d.ResultTypes()
 		}
-		if !sameTypes(f.ParamTypes(), want.params) || !sameTypes(f.ResultTypes(), want.results) {
+		if !slices.Equal(f.ParamTypes(), want.params) || !slices.Equal(f.ResultTypes(), want.results) {
 			return nil, moduleErrorf("import %q.%q has signature %s, want %s", mod, name,
 				signature(f.ParamTypes(), f.ResultTypes()), signature(want.params, want.results))
 		}
@@ -448,7 +434,7 @@ func (r *Runtime) checkShape(cm wazero.CompiledModule) (*Module, error) {
 	}
 	check := func(name string, params, results []api.ValueType) error {
 		f := fns[name]
-		if !sameTypes(f.ParamTypes(), params) || !sameTypes(f.ResultTypes(), results) {
+		if !slices.Equal(f.ParamTypes(), params) || !slices.Equal(f.ResultTypes(), results) {
 			return moduleErrorf("export %q has signature %s, want %s", name,
 				signature(f.ParamTypes(), f.ResultTypes()), signature(params, results))
 		}

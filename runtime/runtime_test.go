@@ -301,20 +301,30 @@ func TestTableMaxCapped(t *testing.T) {
 func TestConcurrentExecutions(t *testing.T) {
 	r := testRuntime(t)
 	m := compileFixture(t, r, "echo.wasm")
+	inParallel(t, 50, func(i int) error {
+		ev := event(fmt.Sprintf("caller %d", i))
+		res, err := r.Execute(context.Background(), m, Execution{Event: ev})
+		if err != nil {
+			return err
+		}
+		if !bytes.Equal(res.Envelope.Result, ev) {
+			return fmt.Errorf("caller %d got %s", i, res.Envelope.Result)
+		}
+		return nil
+	})
+}
+
+// inParallel runs fn(0) .. fn(n-1) at once and reports every error.
+func inParallel(t *testing.T, n int, fn func(i int) error) {
+	t.Helper()
 	var wg sync.WaitGroup
-	errs := make(chan error, 50)
-	for i := range 50 {
+	errs := make(chan error, n)
+	for i := range n {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			ev := event(fmt.Sprintf("caller %d", i))
-			res, err := r.Execute(context.Background(), m, Execution{Event: ev})
-			if err != nil {
+			if err := fn(i); err != nil {
 				errs <- err
-				return
-			}
-			if !bytes.Equal(res.Envelope.Result, ev) {
-				errs <- fmt.Errorf("caller %d got %s", i, res.Envelope.Result)
 			}
 		}()
 	}
@@ -328,31 +338,20 @@ func TestConcurrentExecutions(t *testing.T) {
 func TestConcurrentGo(t *testing.T) {
 	r := testRuntime(t)
 	m := compileFixture(t, r, "gohello.wasm")
-	var wg sync.WaitGroup
-	errs := make(chan error, 50)
-	for i := range 50 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			name := fmt.Sprintf("n%d", i)
-			res, err := r.Execute(context.Background(), m, Execution{Event: event(map[string]string{"name": name})})
-			if err != nil {
-				errs <- err
-				return
-			}
-			if want := `{"greeting":"Hello, ` + name + `"}`; string(res.Envelope.Result) != want {
-				errs <- fmt.Errorf("caller %d got %s", i, res.Envelope.Result)
-			}
-			if len(res.Logs) != 1 || res.Logs[0].Text != "greeting "+name {
-				errs <- fmt.Errorf("caller %d logs %+v", i, res.Logs)
-			}
-		}()
-	}
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		t.Error(err)
-	}
+	inParallel(t, 50, func(i int) error {
+		name := fmt.Sprintf("n%d", i)
+		res, err := r.Execute(context.Background(), m, Execution{Event: event(map[string]string{"name": name})})
+		if err != nil {
+			return err
+		}
+		if want := `{"greeting":"Hello, ` + name + `"}`; string(res.Envelope.Result) != want {
+			return fmt.Errorf("caller %d got %s", i, res.Envelope.Result)
+		}
+		if len(res.Logs) != 1 || res.Logs[0].Text != "greeting "+name {
+			return fmt.Errorf("caller %d logs %+v", i, res.Logs)
+		}
+		return nil
+	})
 }
 
 func TestNoStateLeak(t *testing.T) {
@@ -667,32 +666,32 @@ func TestPooledMemoryZeroedConcurrently(t *testing.T) {
 	}
 	defer r.Close(context.Background())
 	m := compileFixture(t, r, "bots.wasm")
-	var wg sync.WaitGroup
-	errs := make(chan string, 64)
-	for g := 0; g < 6; g++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := 0; i < 8; i++ {
-				if _, err := r.Execute(context.Background(), m, Execution{Event: event("scribble")}); err != nil {
-					errs <- err.Error()
-					return
-				}
-				res, err := r.Execute(context.Background(), m, Execution{Event: event("peek")})
-				if err != nil {
-					errs <- err.Error()
-					return
-				}
-				if string(res.Envelope.Result) != "0" {
-					errs <- string(res.Envelope.Result) + " bytes of another execution visible"
-					return
-				}
+	inParallel(t, 6, func(int) error {
+		for range 8 {
+			if _, err := r.Execute(context.Background(), m, Execution{Event: event("scribble")}); err != nil {
+				return err
 			}
-		}()
-	}
-	wg.Wait()
-	close(errs)
-	for e := range errs {
-		t.Error(e)
+			res, err := r.Execute(context.Background(), m, Execution{Event: event("peek")})
+			if err != nil {
+				return err
+			}
+			if string(res.Envelope.Result) != "0" {
+				return fmt.Errorf("%s bytes of another execution visible", res.Envelope.Result)
+			}
+		}
+		return nil
+	})
+}
+
+// idleCount reports the clean buffers, once the cleaner has caught up.
+func (p *memPool) idleCount() int {
+	for {
+		p.mu.Lock()
+		idle, dirty := len(p.idle), len(p.dirty)
+		p.mu.Unlock()
+		if dirty == 0 {
+			return idle
+		}
+		time.Sleep(time.Millisecond)
 	}
 }

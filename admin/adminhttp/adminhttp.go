@@ -87,23 +87,10 @@ func (h *Handler) fail(w http.ResponseWriter, r *http.Request, err error) {
 	httpx.WriteError(w, r, h.log, err)
 }
 
-func (h *Handler) body(r *http.Request) ([]byte, error) {
-	if mt := httpx.MediaType(r); !httpx.IsJSON(mt) {
-		return nil, fhir.Errorf(fhir.EUnsupportedMedia, "Unsupported media type")
-	}
-	return httpx.ReadBody(r, h.maxJSON)
-}
+func (h *Handler) body(r *http.Request) ([]byte, error) { return httpx.ReadJSON(r, h.maxJSON) }
 
 func (h *Handler) object(r *http.Request) (map[string]any, error) {
-	b, err := h.body(r)
-	if err != nil {
-		return nil, err
-	}
-	var m map[string]any
-	if err := json.Unmarshal(b, &m); err != nil || m == nil {
-		return nil, fhir.Invalid("Content could not be parsed")
-	}
-	return m, nil
+	return httpx.ReadJSONObject(r, h.maxJSON)
 }
 
 func (h *Handler) writeRecord(w http.ResponseWriter, status int, rec *store.Record) {

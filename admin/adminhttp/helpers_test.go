@@ -3,8 +3,6 @@ package adminhttp_test
 import (
 	"crypto/sha256"
 	"encoding/base64"
-	"encoding/json"
-	"net/http"
 	"net/url"
 	"strings"
 	"testing"
@@ -22,17 +20,10 @@ func expect(t testing.TB, r *servertest.Response, status int, what string) map[s
 	return r.JSON()
 }
 
-// form posts a form to /oauth2/token.
+// tokenRequest posts a form to /oauth2/token.
 func tokenRequest(t testing.TB, s *servertest.Server, form url.Values) (int, map[string]any) {
 	t.Helper()
-	resp, err := http.PostForm(s.URL+"oauth2/token", form)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	var out map[string]any
-	json.NewDecoder(resp.Body).Decode(&out)
-	return resp.StatusCode, out
+	return servertest.PostToken(t, s.URL, form)
 }
 
 func s256(verifier string) string {

@@ -11,7 +11,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -62,22 +61,6 @@ func startProc(t *testing.T, bin, dataDir, dbURL string) *proc {
 	}
 }
 
-func rawToken(t *testing.T, base string) string {
-	resp, err := http.PostForm(base+"oauth2/token", url.Values{"grant_type": {"client_credentials"},
-		"client_id": {"kill-test-admin"}, "client_secret": {"kill-test-admin-secret"}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	var out map[string]any
-	json.NewDecoder(resp.Body).Decode(&out)
-	tok, _ := out["access_token"].(string)
-	if tok == "" {
-		t.Fatalf("token: %v", out)
-	}
-	return tok
-}
-
 // all pages through a search as the super admin.
 func all(t *testing.T, c *servertest.Client, path string) []map[string]any {
 	var out []map[string]any
@@ -122,7 +105,7 @@ func TestKillDuringInvites(t *testing.T) {
 				dbURL = b.NewURL(t)
 			}
 			p := startProc(t, bin, dataDir, dbURL)
-			su := servertest.NewClient(t, p.base, rawToken(t, p.base))
+			su := servertest.NewClient(t, p.base, servertest.ClientToken(t, p.base, "kill-test-admin", "kill-test-admin-secret"))
 			proj := expect(t, su.Do("POST", "admin/Project", map[string]any{"resourceType": "Project", "name": "Kill"}, ""), 201, "project")
 			pid := id(proj)
 
@@ -164,7 +147,7 @@ func TestKillDuringInvites(t *testing.T) {
 			}
 
 			p2 := startProc(t, bin, dataDir, dbURL)
-			su2 := servertest.NewClient(t, p2.base, rawToken(t, p2.base))
+			su2 := servertest.NewClient(t, p2.base, servertest.ClientToken(t, p2.base, "kill-test-admin", "kill-test-admin-secret"))
 			members := all(t, su2, "fhir/R4/ProjectMembership?project=Project/"+pid)
 			users, profiles := map[string]bool{}, map[string]bool{}
 			for _, m := range members {

@@ -169,18 +169,8 @@ func TestInviteMailFailureKeepsMembership(t *testing.T) {
 				t.Fatalf("answer: %v", m)
 			}
 			expect(t, ca.Do("GET", "admin/projects/"+a.ProjectID+"/members/"+id(m), nil, ""), 200, "membership kept")
-			mfs, err := s.Registry.Gather()
-			if err != nil {
-				t.Fatal(err)
-			}
-			found := false
-			for _, mf := range mfs {
-				if mf.GetName() == "sandbot_invite_email_failures_total" {
-					found = mf.GetMetric()[0].GetCounter().GetValue() == 1
-				}
-			}
-			if !found {
-				t.Fatal("sandbot_invite_email_failures_total is not 1")
+			if n := servertest.MetricValue(t, s.Registry, "sandbot_invite_email_failures_total"); n != 1 {
+				t.Fatalf("sandbot_invite_email_failures_total is %v, want 1", n)
 			}
 		}
 	}, func(c *server.Config) { c.SMTPURL = "smtp://" + addr + "?tls=none" })

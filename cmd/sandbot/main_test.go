@@ -15,9 +15,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sandbot/sandbot/store/storetest"
-
 	"github.com/sandbot/sandbot/internal/servertest"
+	"github.com/sandbot/sandbot/store/storetest"
 )
 
 // clearEnv unsets every SANDBOT_* variable for the test.
@@ -183,15 +182,9 @@ var credRE = regexp.MustCompile(`client id:\s+(\S+)\n\s+client secret:\s+(\S+)\n
 
 func token(t *testing.T, api, id, secret string) (int, string) {
 	t.Helper()
-	resp, err := http.PostForm("http://"+api+"/oauth2/token", url.Values{"grant_type": {"client_credentials"}, "client_id": {id}, "client_secret": {secret}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	var out map[string]any
-	json.NewDecoder(resp.Body).Decode(&out)
+	status, out := servertest.PostToken(t, "http://"+api+"/", url.Values{"grant_type": {"client_credentials"}, "client_id": {id}, "client_secret": {secret}})
 	tok, _ := out["access_token"].(string)
-	return resp.StatusCode, tok
+	return status, tok
 }
 
 // TestServeLifecycle starts the real command twice over one store: the first

@@ -316,26 +316,7 @@ func TestBotModuleCacheEviction(t *testing.T) {
 			}
 		}
 	}, withRuntime)
-	if n := metricValue(t, reg, "sandbot_bot_module_cache_evictions_total"); n < 6 {
+	if n := servertest.MetricValue(t, reg, "sandbot_bot_module_cache_evictions_total"); n < 6 {
 		t.Errorf("evictions %v, want at least 6", n)
 	}
-}
-
-func metricValue(t *testing.T, g prometheus.Gatherer, name string) float64 {
-	t.Helper()
-	mfs, err := g.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, mf := range mfs {
-		if mf.GetName() == name && len(mf.GetMetric()) > 0 {
-			m := mf.GetMetric()[0]
-			if m.GetCounter() != nil {
-				return m.GetCounter().GetValue()
-			}
-			return m.GetGauge().GetValue()
-		}
-	}
-	t.Fatalf("no metric %s", name)
-	return 0
 }

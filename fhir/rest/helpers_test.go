@@ -2,7 +2,7 @@ package rest_test
 
 import (
 	"encoding/json"
-	"sort"
+	"slices"
 	"strings"
 	"testing"
 
@@ -90,34 +90,14 @@ func links(t *testing.T, r *servertest.Response) map[string]string {
 }
 
 func sorted(s []string) []string {
-	out := append([]string(nil), s...)
-	sort.Strings(out)
+	out := slices.Clone(s)
+	slices.Sort(out)
 	return out
 }
 
-func equalSets(a, b []string) bool {
-	a, b = sorted(a), sorted(b)
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
-}
+func equalSets(a, b []string) bool { return slices.Equal(sorted(a), sorted(b)) }
 
-// get is a nested field of a decoded JSON object: get(m, "meta", "versionId").
-func get(v any, path ...string) any {
-	for _, p := range path {
-		m, ok := v.(map[string]any)
-		if !ok {
-			return nil
-		}
-		v = m[p]
-	}
-	return v
-}
+// get is servertest.Field, the nested field of a decoded JSON object.
+var get = servertest.Field
 
 func str(v any, path ...string) string { s, _ := get(v, path...).(string); return s }

@@ -320,16 +320,8 @@ func TestAuthMe(t *testing.T) {
 	})
 }
 
-func get(v any, path ...string) any {
-	for _, p := range path {
-		m, ok := v.(map[string]any)
-		if !ok {
-			return nil
-		}
-		v = m[p]
-	}
-	return v
-}
+// get is servertest.Field, the nested field of a decoded JSON object.
+var get = servertest.Field
 
 // TestRejectedTokens: every forged, damaged or stale credential is 401 with
 // the unauthorized OperationOutcome, on FHIR routes and /auth/me.

@@ -6,7 +6,6 @@ import (
 	"crypto/subtle"
 	"encoding/base64"
 	"encoding/hex"
-	"encoding/json"
 	"net/http"
 	"net/url"
 	"strings"
@@ -74,26 +73,11 @@ func newSecret() string {
 	return base64.RawURLEncoding.EncodeToString(b)
 }
 
-func (a *Authenticator) jsonBody(r *http.Request) (map[string]any, error) {
-	if !httpx.IsJSON(httpx.MediaType(r)) {
-		return nil, fhir.Errorf(fhir.EUnsupportedMedia, "Unsupported media type")
-	}
-	b, err := httpx.ReadBody(r, 64<<10)
-	if err != nil {
-		return nil, err
-	}
-	var m map[string]any
-	if err := json.Unmarshal(b, &m); err != nil || m == nil {
-		return nil, fhir.Invalid("Content could not be parsed")
-	}
-	return m, nil
-}
-
 func str(m map[string]any, k string) string { s, _ := m[k].(string); return strings.TrimSpace(s) }
 
 func (a *Authenticator) handleLogin(w http.ResponseWriter, r *http.Request) {
 	ctx := r.Context()
-	body, err := a.jsonBody(r)
+	body, err := httpx.ReadJSONObject(r, 64<<10)
 	if err != nil {
 		httpx.WriteError(w, r, a.log, err)
 		return
@@ -243,7 +227,7 @@ func (a *Authenticator) handleLogin(w http.ResponseWriter, r *http.Request) {
 // where profile is the membership id.
 func (a *Authenticator) handleProfile(w http.ResponseWriter, r *http.Request) {
 	ctx := r.Context()
-	body, err := a.jsonBody(r)
+	body, err := httpx.ReadJSONObject(r, 64<<10)
 	if err != nil {
 		httpx.WriteError(w, r, a.log, err)
 		return
@@ -424,7 +408,7 @@ func (a *Authenticator) loginTokens(w http.ResponseWriter, r *http.Request, rec 
 // handleSetPassword consumes an invitation (or reset) link: {id, secret, password}.
 func (a *Authenticator) handleSetPassword(w http.ResponseWriter, r *http.Request) {
 	ctx := r.Context()
-	body, err := a.jsonBody(r)
+	body, err := httpx.ReadJSONObject(r, 64<<10)
 	if err != nil {
 		httpx.WriteError(w, r, a.log, err)
 		return

@@ -113,6 +113,28 @@ func ReadBody(r *http.Request, limit int64) ([]byte, error) {
 	return b, nil
 }
 
+// ReadJSON reads a body of a JSON media type (else 415), at most limit bytes.
+func ReadJSON(r *http.Request, limit int64) ([]byte, error) {
+	if !IsJSON(MediaType(r)) {
+		return nil, fhir.Errorf(fhir.EUnsupportedMedia, "Unsupported media type")
+	}
+	return ReadBody(r, limit)
+}
+
+// ReadJSONObject reads a JSON object body (ReadJSON); anything but an
+// object is "Content could not be parsed".
+func ReadJSONObject(r *http.Request, limit int64) (map[string]any, error) {
+	b, err := ReadJSON(r, limit)
+	if err != nil {
+		return nil, err
+	}
+	var m map[string]any
+	if err := json.Unmarshal(b, &m); err != nil || m == nil {
+		return nil, fhir.Invalid("Content could not be parsed")
+	}
+	return m, nil
+}
+
 // MediaType is the request's media type without parameters, lower-cased.
 func MediaType(r *http.Request) string {
 	ct := r.Header.Get("Content-Type")

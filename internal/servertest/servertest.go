@@ -111,22 +111,35 @@ type Client struct {
 	ClientID, Secret string
 }
 
-// Token gets an access token with client credentials.
-func (s *Server) Token(t testing.TB, clientID, secret string) string {
+// PostToken posts form to base's /oauth2/token and returns the status and
+// the decoded answer. base ends with a slash.
+func PostToken(t testing.TB, base string, form url.Values) (int, map[string]any) {
 	t.Helper()
-	form := url.Values{"grant_type": {"client_credentials"}, "client_id": {clientID}, "client_secret": {secret}}
-	resp, err := http.PostForm(s.URL+"oauth2/token", form)
+	resp, err := http.PostForm(base+"oauth2/token", form)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer resp.Body.Close()
 	var out map[string]any
 	json.NewDecoder(resp.Body).Decode(&out)
+	return resp.StatusCode, out
+}
+
+// ClientToken gets an access token from base with client credentials.
+func ClientToken(t testing.TB, base, clientID, secret string) string {
+	t.Helper()
+	status, out := PostToken(t, base, url.Values{"grant_type": {"client_credentials"}, "client_id": {clientID}, "client_secret": {secret}})
 	tok, _ := out["access_token"].(string)
-	if resp.StatusCode != 200 || tok == "" {
-		t.Fatalf("token for %s: %d %v", clientID, resp.StatusCode, out)
+	if status != 200 || tok == "" {
+		t.Fatalf("token for %s: %d %v", clientID, status, out)
 	}
 	return tok
+}
+
+// Token gets an access token with client credentials.
+func (s *Server) Token(t testing.TB, clientID, secret string) string {
+	t.Helper()
+	return ClientToken(t, s.URL, clientID, secret)
 }
 
 // SuperAdmin is a client of the bootstrap super-admin.
@@ -334,3 +347,36 @@ func (s *SyncBuffer) Write(p []byte) (int, error) {
 
 // String returns what was written so far.
 func (s *SyncBuffer) String() string { s.mu.Lock(); defer s.mu.Unlock(); return s.b.String() }
+
+// Field is a nested field of a decoded JSON object, or nil:
+// Field(m, "meta", "versionId").
+func Field(v any, path ...string) any {
+	for _, p := range path {
+		m, ok := v.(map[string]any)
+		if !ok {
+			return nil
+		}
+		v = m[p]
+	}
+	return v
+}
+
+// MetricValue is the value of the first series of a counter or gauge in g.
+func MetricValue(t testing.TB, g prometheus.Gatherer, name string) float64 {
+	t.Helper()
+	mfs, err := g.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() == name && len(mf.GetMetric()) > 0 {
+			m := mf.GetMetric()[0]
+			if m.GetCounter() != nil {
+				return m.GetCounter().GetValue()
+			}
+			return m.GetGauge().GetValue()
+		}
+	}
+	t.Fatalf("no metric %s", name)
+	return 0
+}

@@ -9,8 +9,8 @@ import (
 // database, so that the reads every request repeats (the Bot of a
 // $execute, above all) do not go to SQLite. It exists for latency more than
 // for throughput: under a steady stream of writes (a bot's AuditEvents),
-// about one read in a thousand of the same row from SQLite took 3 to 6 ms
-// instead of 15 µs, which set the tail of every $execute.
+// one read in a thousand of the same row from SQLite took over 4 ms
+// (BenchmarkReadDuringAuditWrites), which set the tail of every $execute.
 //
 // Validity across processes: every sandbot process on one database file
 // maps the same small file of version counters (the database path plus

@@ -15,17 +15,21 @@ import (
 	"github.com/sandbot/sandbot/store/storetest"
 )
 
+// openStore opens (and migrates) the database at url until the test ends.
+func openStore(t testing.TB, url string) *sqlstore.Store {
+	t.Helper()
+	s, err := sqlstore.Open(context.Background(), url, sqlstore.Options{Migrate: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s
+}
+
 func TestConformance(t *testing.T) {
 	for _, b := range storetest.Backends(t) {
 		t.Run(b.Name, func(t *testing.T) {
-			storetest.Run(t, func(t *testing.T) store.Store {
-				s, err := sqlstore.Open(context.Background(), b.NewURL(t), sqlstore.Options{Migrate: true})
-				if err != nil {
-					t.Fatal(err)
-				}
-				t.Cleanup(func() { s.Close() })
-				return s
-			})
+			storetest.Run(t, func(t *testing.T) store.Store { return openStore(t, b.NewURL(t)) })
 		})
 	}
 }
@@ -53,15 +57,7 @@ func TestTwoStoresOneDatabase(t *testing.T) {
 		t.Run(b.Name, func(t *testing.T) {
 			ctx := context.Background()
 			url := b.NewURL(t)
-			open := func() *sqlstore.Store {
-				s, err := sqlstore.Open(ctx, url, sqlstore.Options{Migrate: true})
-				if err != nil {
-					t.Fatal(err)
-				}
-				t.Cleanup(func() { s.Close() })
-				return s
-			}
-			a, c := open(), open()
+			a, c := openStore(t, url), openStore(t, url)
 			w := store.Write{Project: "p1"}
 			rec, err := a.Create(ctx, fhir.Resource{"resourceType": "Bot", "name": "v1"}, w)
 			if err != nil {
@@ -125,15 +121,7 @@ func TestReadCacheNeverGoesBack(t *testing.T) {
 		t.Run(b.Name, func(t *testing.T) {
 			ctx := context.Background()
 			url := b.NewURL(t)
-			open := func() *sqlstore.Store {
-				s, err := sqlstore.Open(ctx, url, sqlstore.Options{Migrate: true})
-				if err != nil {
-					t.Fatal(err)
-				}
-				t.Cleanup(func() { s.Close() })
-				return s
-			}
-			writer, other := open(), open()
+			writer, other := openStore(t, url), openStore(t, url)
 			w := store.Write{Project: "p1"}
 			rec, err := writer.Create(ctx, fhir.Resource{"resourceType": "Bot", "name": "0"}, w)
 			if err != nil {
