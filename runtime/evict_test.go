@@ -7,6 +7,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/sandbot/sandbot/limits"
 )
 
 // TestModuleCacheEviction: with a budget that holds one module, compiling a
@@ -16,9 +18,9 @@ import (
 func TestModuleCacheEviction(t *testing.T) {
 	echo, bots := fixture(t, "echo.wasm"), fixture(t, "bots.wasm")
 	r, err := New(context.Background(), Config{
-		CacheDir:         testCacheDir(),
-		ModuleCacheBytes: max(len(echo), len(bots)) + 1,
-		Registerer:       prometheus.NewRegistry(),
+		CacheDir:   testCacheDir(),
+		Limits:     limits.Limits{ModuleCacheBytes: int64(max(len(echo), len(bots)) + 1)},
+		Registerer: prometheus.NewRegistry(),
 	})
 	if err != nil {
 		t.Fatal(err)

@@ -15,9 +15,10 @@ import (
 	"github.com/tetratelabs/wazero/sys"
 )
 
-// Limits bound one execution. Zero fields take the defaults: 10 s, 64 MiB,
-// 8 MiB of output, 10 KiB of log. Timeout is capped at 15 minutes and
-// MemoryBytes at the runtime's MemoryLimitBytes.
+// Limits bound one execution. They may only narrow the runtime's: a zero
+// field takes the runtime's limit (Config.Limits: BotTimeout,
+// BotMemoryBytes, BotOutputBytes, BotLogBytes) and a larger one is capped
+// by it (Timeout by BotMaxTimeout).
 type Limits struct {
 	Timeout     time.Duration
 	MemoryBytes uint64
@@ -26,20 +27,23 @@ type Limits struct {
 }
 
 func (r *Runtime) limits(l Limits) Limits {
+	c := r.cfg.Limits
 	if l.Timeout <= 0 {
-		l.Timeout = DefaultTimeout
+		l.Timeout = c.BotTimeout
 	}
-	l.Timeout = min(l.Timeout, MaxTimeout)
+	l.Timeout = min(l.Timeout, c.BotMaxTimeout)
 	if l.MemoryBytes == 0 {
-		l.MemoryBytes = DefaultMemoryBytes
+		l.MemoryBytes = r.memoryLimit
 	}
-	l.MemoryBytes = min(l.MemoryBytes, r.cfg.MemoryLimitBytes)
+	l.MemoryBytes = min(l.MemoryBytes, r.memoryLimit)
 	if l.OutputBytes <= 0 {
-		l.OutputBytes = DefaultOutputBytes
+		l.OutputBytes = int(c.BotOutputBytes)
 	}
+	l.OutputBytes = min(l.OutputBytes, int(c.BotOutputBytes))
 	if l.LogBytes <= 0 {
-		l.LogBytes = DefaultLogBytes
+		l.LogBytes = int(max(c.BotLogBytes, 0)) // negative keeps none
 	}
+	l.LogBytes = min(l.LogBytes, int(max(c.BotLogBytes, 0)))
 	return l
 }
 

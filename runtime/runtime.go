@@ -17,19 +17,8 @@ import (
 	"github.com/tetratelabs/wazero/api"
 	"github.com/tetratelabs/wazero/imports/wasi_snapshot_preview1"
 	"golang.org/x/sync/singleflight"
-)
 
-// Default limits (DECISIONS.md item 14).
-const (
-	DefaultMaxModuleBytes = 32 << 20
-	DefaultMemoryBytes    = 64 << 20
-	DefaultTimeout        = 10 * time.Second
-	MaxTimeout            = 900 * time.Second
-	DefaultOutputBytes    = 8 << 20
-	DefaultLogBytes       = 10 << 10
-	// DefaultModuleCacheBytes bounds the compiled modules kept in memory,
-	// counted in module bytes (the machine code is about twice that).
-	DefaultModuleCacheBytes = 256 << 20
+	"github.com/sandbot/sandbot/limits"
 )
 
 // ErrModuleEvicted is returned by Execute for a module that was evicted
@@ -42,15 +31,15 @@ type Config struct {
 	// CacheDir is wazero's on-disk compilation cache directory; "" keeps
 	// compiled code in memory only.
 	CacheDir string
-	// MaxModuleBytes is the largest module Compile accepts (default 32 MiB).
-	MaxModuleBytes int
-	// MemoryLimitBytes is the largest linear memory any execution may have
-	// (default 64 MiB); modules declaring a larger maximum are rejected.
-	MemoryLimitBytes uint64
-	// ModuleCacheBytes bounds the compiled modules kept in memory, counted
-	// in module bytes (default 256 MiB). The least recently used module
-	// beyond it is dropped; the on-disk cache still holds its code.
-	ModuleCacheBytes int
+	// Limits are the runtime's limits; zero fields take the defaults.
+	// ModuleBytes is the largest module Compile accepts; BotMemoryBytes the
+	// largest linear memory of any execution (modules declaring a larger
+	// maximum are rejected); ModuleCacheBytes bounds the compiled modules
+	// kept in memory (the least recently used beyond it is dropped, the
+	// on-disk cache still holds its code). BotTimeout, BotMaxTimeout,
+	// BotOutputBytes and BotLogBytes are each execution's defaults and
+	// caps (see [Limits]).
+	Limits limits.Limits
 	// Registerer receives the runtime's metrics; nil registers none.
 	Registerer prometheus.Registerer
 	// Logger receives compile and failure diagnostics; nil discards them.
@@ -61,13 +50,15 @@ type Config struct {
 
 // Runtime compiles and executes bots. It is safe for concurrent use.
 type Runtime struct {
-	cfg     Config
-	wz      wazero.Runtime
-	cache   wazero.CompilationCache
-	wasi    map[string]api.FunctionDefinition
-	pool    *memPool
-	metrics *metrics
-	log     *slog.Logger
+	cfg Config
+	// memoryLimit is cfg.Limits.BotMemoryBytes in whole pages.
+	memoryLimit uint64
+	wz          wazero.Runtime
+	cache       wazero.CompilationCache
+	wasi        map[string]api.FunctionDefinition
+	pool        *memPool
+	metrics     *metrics
+	log         *slog.Logger
 
 	mu          sync.RWMutex
 	modules     map[string]*Module
@@ -81,20 +72,12 @@ const wasm32MaxPages = 65536
 // New creates a Runtime: one wazero runtime using the optimizing compiler,
 // with WASI and the sandbot host module instantiated once.
 func New(ctx context.Context, cfg Config) (*Runtime, error) {
-	if cfg.MaxModuleBytes <= 0 {
-		cfg.MaxModuleBytes = DefaultMaxModuleBytes
-	}
-	if cfg.MemoryLimitBytes == 0 {
-		cfg.MemoryLimitBytes = DefaultMemoryBytes
-	}
-	if cfg.ModuleCacheBytes <= 0 {
-		cfg.ModuleCacheBytes = DefaultModuleCacheBytes
-	}
+	cfg.Limits = cfg.Limits.WithDefaults()
 	const page = 64 << 10
-	cfg.MemoryLimitBytes = min(cfg.MemoryLimitBytes-cfg.MemoryLimitBytes%page, 4<<30-page)
-	if cfg.MemoryLimitBytes < page {
-		return nil, errors.New("runtime: MemoryLimitBytes below one page")
+	if cfg.Limits.BotMemoryBytes < page {
+		return nil, errors.New("runtime: BotMemoryBytes below one page")
 	}
+	memoryLimit := min(uint64(cfg.Limits.BotMemoryBytes)/page*page, 4<<30-page)
 	logger := cfg.Logger
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
@@ -121,13 +104,14 @@ func New(ctx context.Context, cfg Config) (*Runtime, error) {
 		WithCompilationCache(cache)
 	wz := wazero.NewRuntimeWithConfig(ctx, rc)
 	r := &Runtime{
-		cfg:     cfg,
-		wz:      wz,
-		cache:   cache,
-		pool:    newMemPool(cfg.MemoryLimitBytes, 16),
-		metrics: newMetrics(cfg.Registerer),
-		log:     logger,
-		modules: map[string]*Module{},
+		cfg:         cfg,
+		memoryLimit: memoryLimit,
+		wz:          wz,
+		cache:       cache,
+		pool:        newMemPool(memoryLimit, 16),
+		metrics:     newMetrics(cfg.Registerer),
+		log:         logger,
+		modules:     map[string]*Module{},
 	}
 	if _, err := wasi_snapshot_preview1.Instantiate(ctx, wz); err != nil {
 		_ = wz.Close(ctx)
@@ -258,7 +242,7 @@ func (r *Runtime) keep(m *Module) {
 	r.mu.Lock()
 	r.modules[m.hash] = m
 	r.cachedBytes += m.size
-	for r.cachedBytes > r.cfg.ModuleCacheBytes && len(r.modules) > 1 {
+	for int64(r.cachedBytes) > r.cfg.Limits.ModuleCacheBytes && len(r.modules) > 1 {
 		var lru *Module
 		for _, c := range r.modules {
 			if c != m && (lru == nil || c.lastUse.Load() < lru.lastUse.Load()) {
@@ -283,8 +267,8 @@ func (r *Runtime) keep(m *Module) {
 // concurrent calls share one compilation. A rejected module is a
 // *ModuleError.
 func (r *Runtime) Compile(ctx context.Context, wasm []byte) (*Module, error) {
-	if len(wasm) > r.cfg.MaxModuleBytes {
-		return nil, moduleErrorf("module is %d bytes, over the limit of %d bytes", len(wasm), r.cfg.MaxModuleBytes)
+	if int64(len(wasm)) > r.cfg.Limits.ModuleBytes {
+		return nil, moduleErrorf("module is %d bytes, over the limit of %d bytes", len(wasm), r.cfg.Limits.ModuleBytes)
 	}
 	hash := HashBytes(wasm)
 	if m, ok := r.Lookup(hash); ok {
@@ -417,11 +401,11 @@ func (r *Runtime) checkShape(cm wazero.CompiledModule) (*Module, error) {
 		return nil, moduleErrorf("module does not export its memory as %q", "memory")
 	}
 	m := &Module{compiled: cm, minMemory: uint64(mem.Min()) << 16}
-	if m.minMemory > r.cfg.MemoryLimitBytes {
-		return nil, moduleErrorf("initial memory %d bytes is over the limit of %d bytes", m.minMemory, r.cfg.MemoryLimitBytes)
+	if m.minMemory > r.memoryLimit {
+		return nil, moduleErrorf("initial memory %d bytes is over the limit of %d bytes", m.minMemory, r.memoryLimit)
 	}
-	if max, ok := mem.Max(); ok && uint64(max)<<16 > r.cfg.MemoryLimitBytes {
-		return nil, moduleErrorf("memory maximum %d bytes is over the limit of %d bytes", uint64(max)<<16, r.cfg.MemoryLimitBytes)
+	if max, ok := mem.Max(); ok && uint64(max)<<16 > r.memoryLimit {
+		return nil, moduleErrorf("memory maximum %d bytes is over the limit of %d bytes", uint64(max)<<16, r.memoryLimit)
 	}
 
 	fns := cm.ExportedFunctions()

@@ -15,6 +15,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/sandbot/sandbot/limits"
 )
 
 var (
@@ -225,7 +227,7 @@ func TestMemoryGrowerRaw(t *testing.T) {
 	}
 	res, err := r.Execute(context.Background(), m, Execution{Event: []byte(`{}`)})
 	f := mustFail(t, res, err, FailMemory)
-	if !strings.Contains(f.Message, "memory limit") || res.MemoryBytes > DefaultMemoryBytes {
+	if !strings.Contains(f.Message, "memory limit") || res.MemoryBytes > uint64(limits.Default().BotMemoryBytes) {
 		t.Fatalf("message %q memory %d", f.Message, res.MemoryBytes)
 	}
 	// The memory went back to the pool zeroed: the next execution works.
@@ -275,7 +277,7 @@ func TestCompileRejects(t *testing.T) {
 }
 
 func TestCompileTooLarge(t *testing.T) {
-	r, err := New(context.Background(), Config{MaxModuleBytes: 1000})
+	r, err := New(context.Background(), Config{Limits: limits.Limits{ModuleBytes: 1000}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -382,7 +384,7 @@ func TestLogTruncation(t *testing.T) {
 	for _, l := range res.Logs {
 		size += len(l.Text)
 	}
-	if size > DefaultLogBytes || size < DefaultLogBytes-300 {
+	if logBytes := int(limits.Default().BotLogBytes); size > logBytes || size < logBytes-300 {
 		t.Fatalf("kept %d bytes", size)
 	}
 	last := res.Logs[len(res.Logs)-1]

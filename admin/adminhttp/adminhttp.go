@@ -16,6 +16,7 @@ import (
 	"github.com/sandbot/sandbot/fhir"
 	"github.com/sandbot/sandbot/internal/auth"
 	"github.com/sandbot/sandbot/internal/httpx"
+	"github.com/sandbot/sandbot/limits"
 	"github.com/sandbot/sandbot/store"
 )
 
@@ -28,15 +29,13 @@ type Handler struct {
 	maxJSON int64
 }
 
-// New builds the handler. baseURL ends in "/".
-func New(svc *admin.Service, a *auth.Authenticator, baseURL string, maxJSON int64, log *slog.Logger) *Handler {
-	if maxJSON == 0 {
-		maxJSON = 1 << 20
-	}
+// New builds the handler. baseURL ends in "/"; bodies are bounded by
+// lim.JSONBodyBytes (zero: the default).
+func New(svc *admin.Service, a *auth.Authenticator, baseURL string, lim limits.Limits, log *slog.Logger) *Handler {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &Handler{svc: svc, auth: a, log: log, base: baseURL, maxJSON: maxJSON}
+	return &Handler{svc: svc, auth: a, log: log, base: baseURL, maxJSON: lim.WithDefaults().JSONBodyBytes}
 }
 
 // Register mounts /admin/... on r.

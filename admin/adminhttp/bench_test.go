@@ -131,7 +131,7 @@ func seedMembers(b *testing.B, st store.Store, targets []seedTarget) {
 
 func BenchmarkMembers(b *testing.B) {
 	be := postgresBackend(b)
-	s := servertest.Start(b, be, func(c *server.Config) { c.AuthRateLimit = -1 })
+	s := servertest.Start(b, be, func(c *server.Config) { c.Limits.AuthRequestsPerMinute = -1 })
 	big := s.NewProject(b, "Big")
 	start := time.Now()
 	var targets []seedTarget

@@ -143,5 +143,5 @@ func TestAuthRateLimit(t *testing.T) {
 		if st := anon.Do("GET", "fhir/R4/Patient", nil, "").Status; st != 401 {
 			t.Fatalf("FHIR API must not be limited: %d", st)
 		}
-	}, func(c *server.Config) { c.AuthRateLimit = 5 })
+	}, func(c *server.Config) { c.Limits.AuthRequestsPerMinute = 5 })
 }

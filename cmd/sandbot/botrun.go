@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/json"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"mime"
@@ -12,10 +13,11 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/sandbot/sandbot/limits"
 	"github.com/sandbot/sandbot/runtime"
 )
 
-const botRunUsage = `Usage: sandbot bot run <module.wasm> [--content-type TYPE] [--input FILE|-]
+const botRunUsage = `Usage: sandbot bot run <module.wasm> [--content-type TYPE] [--input FILE|-] [limit flags]
 
 Runs a bot module once, locally, as $execute would: the input (a file, or
 stdin with -; none when --input is absent) is passed as event.input according
@@ -30,6 +32,11 @@ to its content type (default application/json):
 The result envelope is printed on stdout and the bot's log on stderr. The
 exit status is 0 on success, 1 when the bot fails or returns an error, 2 on
 a usage error. FHIR calls from the bot are answered with status 501.
+
+The bot runs under the server's limits: the SANDBOT_* limit variables and
+flags of "sandbot serve" (--max-module-bytes, --bot-memory-bytes,
+--bot-output-bytes, --bot-log-bytes) apply here too, and the timeout is the
+default Bot timeout.
 `
 
 // runBotCommand implements "sandbot bot run". args are the arguments after
@@ -40,6 +47,12 @@ func runBotCommand(ctx context.Context, args []string, stdin io.Reader, stdout, 
 	}
 	var modulePath, contentType, inputPath string
 	hasInput := false
+	// The limits come from the same variables and flags as serve's.
+	var lim limits.Limits
+	limitSet := flag.NewFlagSet("sandbot bot run", flag.ContinueOnError)
+	limitSet.SetOutput(io.Discard)
+	limitFlags(limitSet, &lim)
+	var limitArgs []string
 	for i := 0; i < len(args); i++ {
 		a := args[i]
 		name, value, hasValue := strings.Cut(strings.TrimLeft(a, "-"), "=")
@@ -49,6 +62,14 @@ func runBotCommand(ctx context.Context, args []string, stdin io.Reader, stdout, 
 				return 2
 			}
 			modulePath = a
+			continue
+		}
+		if limitSet.Lookup(name) != nil {
+			limitArgs = append(limitArgs, a) // parsed below, with its value
+			if !hasValue && i+1 < len(args) {
+				i++
+				limitArgs = append(limitArgs, args[i])
+			}
 			continue
 		}
 		switch name {
@@ -78,6 +99,14 @@ func runBotCommand(ctx context.Context, args []string, stdin io.Reader, stdout, 
 		fmt.Fprint(stderr, botRunUsage)
 		return 2
 	}
+	if err := limitSet.Parse(limitArgs); err != nil {
+		fmt.Fprintf(stderr, "sandbot bot run: %v\n\n%s", err, botRunUsage)
+		return 2
+	}
+	if errs := validateLimits(&lim); len(errs) > 0 {
+		fmt.Fprintf(stderr, "sandbot bot run: %v\n", errors.Join(errs...))
+		return 2
+	}
 	wasm, err := os.ReadFile(modulePath)
 	if err != nil {
 		fmt.Fprintf(stderr, "sandbot bot run: %v\n", err)
@@ -102,7 +131,7 @@ func runBotCommand(ctx context.Context, args []string, stdin io.Reader, stdout, 
 		return 2
 	}
 
-	cfg := runtime.Config{}
+	cfg := runtime.Config{Limits: lim}
 	if dir, err := os.UserCacheDir(); err == nil {
 		cfg.CacheDir = filepath.Join(dir, "sandbot", "wasm-cache")
 	}

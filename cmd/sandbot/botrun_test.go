@@ -57,3 +57,26 @@ func TestBotRunFailure(t *testing.T) {
 		t.Fatalf("code %d out %q err %q", code, out, errs)
 	}
 }
+
+// TestBotRunLimits: bot run takes serve's limit flags and variables, checked
+// the same way.
+func TestBotRunLimits(t *testing.T) {
+	wasm := filepath.Join("..", "..", "examples", "c-echo", "c-echo.wasm")
+	big := `"` + strings.Repeat("x", 4000) + `"`
+	if code, out, errs := botRun(t, big, "run", wasm, "--input", "-"); code != 0 || len(out) < 4000 {
+		t.Fatalf("default limits: code %d err %q", code, errs)
+	}
+	code, _, errs := botRun(t, big, "run", wasm, "--bot-output-bytes", "2048", "--input", "-")
+	if code != 1 || !strings.Contains(errs, "bot failed (output)") || !strings.Contains(errs, "2048 bytes") {
+		t.Fatalf("flag: code %d err %q", code, errs)
+	}
+	t.Setenv("SANDBOT_BOT_OUTPUT_BYTES", "3000")
+	code, _, errs = botRun(t, big, "run", wasm, "--input=-")
+	if code != 1 || !strings.Contains(errs, "3000 bytes") {
+		t.Fatalf("variable: code %d err %q", code, errs)
+	}
+	code, _, errs = botRun(t, big, "run", wasm, "--bot-output-bytes=5", "--input=-")
+	if code != 2 || !strings.Contains(errs, "SANDBOT_BOT_OUTPUT_BYTES=5 must be a number between") {
+		t.Fatalf("out of range: code %d err %q", code, errs)
+	}
+}

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/sandbot/sandbot/fhir"
+	"github.com/sandbot/sandbot/limits"
 )
 
 // config is everything the server reads from its environment and flags.
@@ -30,14 +31,9 @@ type config struct {
 	LogLevel          string
 	TokenTTL          time.Duration
 	ShutdownTimeout   time.Duration
-	MaxJSONBytes      int64
-	MaxTextBytes      int64
-	MaxModuleBytes    int64
-	BotMemoryBytes    int64
-	ModuleCacheBytes  int64
-	BotOutputBytes    int64
-	BotLogBytes       int64
-	AuthRateLimit     int64
+	// Limits are set through the rows of limits.Settings; fields without a
+	// row keep their defaults.
+	Limits limits.Limits
 }
 
 // configFlags binds the flags of cfg on fs, with defaults from the environment.
@@ -59,16 +55,6 @@ func configFlags(fs *flag.FlagSet, cfg *config) {
 		}
 		fs.DurationVar(p, name, d, usage+" ($"+env+")")
 	}
-	size := func(p *int64, name, env string, def int64, usage string) {
-		if v, ok := os.LookupEnv(env); ok {
-			n, err := strconv.ParseInt(v, 10, 64)
-			if err != nil {
-				n = -1 // reported by validate
-			}
-			def = n
-		}
-		fs.Int64Var(p, name, def, usage+" ($"+env+")")
-	}
 	str(&cfg.Addr, "addr", "SANDBOT_ADDR", ":8103", "API listen address")
 	str(&cfg.MetricsAddr, "metrics-addr", "SANDBOT_METRICS_ADDR", ":9103", "ops listen address for /metrics, /livez, /readyz")
 	str(&cfg.BaseURL, "base-url", "SANDBOT_BASE_URL", "http://localhost:8103/", "public base URL")
@@ -80,14 +66,41 @@ func configFlags(fs *flag.FlagSet, cfg *config) {
 	str(&cfg.LogLevel, "log-level", "SANDBOT_LOG_LEVEL", "info", "debug, info, warn or error")
 	dur(&cfg.TokenTTL, "token-ttl", "SANDBOT_TOKEN_TTL", time.Hour, "access token lifetime")
 	dur(&cfg.ShutdownTimeout, "shutdown-timeout", "SANDBOT_SHUTDOWN_TIMEOUT", 30*time.Second, "how long in-flight requests may take to finish on shutdown")
-	size(&cfg.MaxJSONBytes, "max-json-bytes", "SANDBOT_MAX_JSON_BYTES", 1<<20, "largest JSON request body")
-	size(&cfg.MaxTextBytes, "max-text-bytes", "SANDBOT_MAX_TEXT_BYTES", 1<<20, "largest text, HL7 or form request body")
-	size(&cfg.MaxModuleBytes, "max-module-bytes", "SANDBOT_MAX_MODULE_BYTES", 32<<20, "largest bot module")
-	size(&cfg.BotMemoryBytes, "bot-memory-bytes", "SANDBOT_BOT_MEMORY_BYTES", 64<<20, "bot linear memory limit")
-	size(&cfg.ModuleCacheBytes, "module-cache-bytes", "SANDBOT_MODULE_CACHE_BYTES", 256<<20, "compiled bot modules kept in memory, in module bytes (least recently used dropped first)")
-	size(&cfg.BotOutputBytes, "bot-output-bytes", "SANDBOT_BOT_OUTPUT_BYTES", 8<<20, "largest bot result")
-	size(&cfg.BotLogBytes, "bot-log-bytes", "SANDBOT_BOT_LOG_BYTES", 10<<10, "bot log kept per execution")
-	size(&cfg.AuthRateLimit, "auth-rate-limit", "SANDBOT_AUTH_RATE_LIMIT", 160, "requests per minute per client IP on /auth and /oauth2 (0: no limit)")
+	limitFlags(fs, &cfg.Limits)
+}
+
+// limitFlags binds a flag for every row of limits.Settings on fs, with
+// defaults from the environment, and sets the other fields of l to their
+// defaults. Values are checked by validateLimits.
+func limitFlags(fs *flag.FlagSet, l *limits.Limits) {
+	*l = limits.Default()
+	for _, s := range limits.Settings() {
+		p := s.Field(l)
+		if v, ok := os.LookupEnv(s.Env); ok {
+			n, err := strconv.ParseInt(v, 10, 64)
+			if err != nil {
+				n = -1 // below every Min: reported by validateLimits
+			}
+			*p = n
+		}
+		fs.Int64Var(p, s.Flag, *p, s.Usage+" ($"+s.Env+")")
+	}
+}
+
+// validateLimits checks every row of limits.Settings in l, naming the
+// variable, and stores a 0 given for a setting where 0 means "no limit" as
+// the limits package has it.
+func validateLimits(l *limits.Limits) []error {
+	var errs []error
+	for _, s := range limits.Settings() {
+		p := s.Field(l)
+		if *p < s.Min || *p > s.Max {
+			errs = append(errs, fmt.Errorf("%s=%d must be a number between %d and %d", s.Env, *p, s.Min, s.Max))
+		} else if *p == 0 && s.ZeroIsOff {
+			*p = -1
+		}
+	}
+	return errs
 }
 
 // validate checks the configuration and normalises it, with messages that
@@ -141,22 +154,7 @@ func (c *config) validate() error {
 	if c.ShutdownTimeout < 0 {
 		bad("SANDBOT_SHUTDOWN_TIMEOUT must be a duration (e.g. 30s)")
 	}
-	for _, l := range []struct {
-		name      string
-		v, lo, hi int64
-	}{
-		{"SANDBOT_MAX_JSON_BYTES", c.MaxJSONBytes, 1 << 10, 1 << 30},
-		{"SANDBOT_MAX_TEXT_BYTES", c.MaxTextBytes, 1 << 10, 1 << 30},
-		{"SANDBOT_MAX_MODULE_BYTES", c.MaxModuleBytes, 1 << 10, 1 << 30},
-		{"SANDBOT_BOT_MEMORY_BYTES", c.BotMemoryBytes, 1 << 16, 4 << 30},
-		{"SANDBOT_BOT_OUTPUT_BYTES", c.BotOutputBytes, 1 << 10, 1 << 30},
-		{"SANDBOT_BOT_LOG_BYTES", c.BotLogBytes, 0, 1 << 30},
-		{"SANDBOT_AUTH_RATE_LIMIT", c.AuthRateLimit, 0, 1 << 30},
-	} {
-		if l.v < l.lo || l.v > l.hi {
-			bad("%s=%d must be a number between %d and %d", l.name, l.v, l.lo, l.hi)
-		}
-	}
+	errs = append(errs, validateLimits(&c.Limits)...)
 	return errors.Join(errs...)
 }
 

@@ -22,7 +22,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
-	"github.com/sandbot/sandbot/fhir/rest"
 	"github.com/sandbot/sandbot/internal/logging"
 	"github.com/sandbot/sandbot/internal/server"
 	"github.com/sandbot/sandbot/runtime"
@@ -158,12 +157,10 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		collectors.NewDBStatsCollector(st.DB(), string(st.Dialect())))
 
 	rt, err := runtime.New(ctx, runtime.Config{
-		CacheDir:         filepath.Join(cfg.DataDir, "wasm-cache"),
-		MaxModuleBytes:   int(cfg.MaxModuleBytes),
-		MemoryLimitBytes: uint64(cfg.BotMemoryBytes),
-		ModuleCacheBytes: int(cfg.ModuleCacheBytes),
-		Registerer:       reg,
-		Logger:           log,
+		CacheDir:   filepath.Join(cfg.DataDir, "wasm-cache"),
+		Limits:     cfg.Limits,
+		Registerer: reg,
+		Logger:     log,
 	})
 	if err != nil {
 		log.Error("bot runtime unavailable", "err", err)
@@ -176,13 +173,11 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		AdminClientID:     cfg.AdminClientID,
 		AdminClientSecret: cfg.AdminClientSecret,
 		TokenTTL:          cfg.TokenTTL,
-		Limits:            server.Limits{JSONBytes: cfg.MaxJSONBytes, TextBytes: cfg.MaxTextBytes, ModuleBytes: cfg.MaxModuleBytes},
+		Limits:            cfg.Limits,
 		Version:           buildVersion(),
 		Dialect:           string(st.Dialect()),
 		SMTPURL:           cfg.SMTPURL,
-		AuthRateLimit:     authRateLimit(cfg.AuthRateLimit),
 		Runtime:           rt,
-		BotLimits:         rest.BotLimits{MemoryBytes: uint64(cfg.BotMemoryBytes), OutputBytes: int(cfg.BotOutputBytes), LogBytes: int(cfg.BotLogBytes)},
 	}, st, reg, log)
 	if err != nil {
 		log.Error("server setup failed", "err", err)
@@ -231,14 +226,6 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	srv.Close()
 	log.Info("stopped")
 	return 0
-}
-
-// authRateLimit maps the setting (0: off) to server.Config's (negative: off).
-func authRateLimit(n int64) int {
-	if n == 0 {
-		return -1
-	}
-	return int(n)
 }
 
 func healthcheck(args []string, stderr io.Writer) int {

@@ -190,7 +190,7 @@ func (h *Handler) audit(ctx context.Context, p *auth.Principal, rec *store.Recor
 	if err != nil {
 		desc += err.Error()
 	}
-	const keep = 10 << 10
+	keep := int(max(h.cfg.Limits.BotLogBytes, 0))
 	if len(desc) > keep {
 		desc = desc[len(desc)-keep:]
 	}

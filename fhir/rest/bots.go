@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -32,18 +33,6 @@ const (
 	mediaHL7   = runtime.MediaHL7
 	mediaWasm  = "application/wasm"
 	moduleHash = "https://sandbot.dev/fhir/StructureDefinition/module-sha256"
-)
-
-// BotLimits bound each execution (DECISIONS 14).
-type BotLimits struct {
-	MemoryBytes uint64
-	OutputBytes int
-	LogBytes    int
-}
-
-const (
-	defaultBotTimeout = 10 * time.Second
-	maxBotTimeout     = 900 * time.Second
 )
 
 // registerBots adds the Bot operations. Paths are matched after
@@ -142,7 +131,7 @@ func moduleError(err error) error {
 // the reference's JSON {code, filename} with the module in base64 (what
 // `medplum bot deploy` sends from a dist file of base64 text).
 func (h *Handler) deployBody(r *http.Request) ([]byte, string, error) {
-	limit := h.cfg.MaxBinaryBytes
+	limit := h.cfg.Limits.ModuleBytes
 	switch mt := httpx.MediaType(r); {
 	case mt == mediaWasm || mt == "application/octet-stream":
 		b, err := httpx.ReadBody(r, limit)
@@ -296,16 +285,18 @@ func (h *Handler) execute(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	h.metrics.observeInput(mediaType, len(input))
-	timeout := defaultBotTimeout
+	// The Bot's timeout; none (zero) is the runtime's default, and the
+	// runtime caps it (docs/decisions.md 14).
+	var timeout time.Duration
 	if n, ok := bot["timeout"].(json.Number); ok {
 		if secs, err := n.Float64(); err == nil && secs > 0 {
-			timeout = min(time.Duration(secs*float64(time.Second)), maxBotTimeout)
+			const maxSecs = float64(math.MaxInt64 / time.Second) // beyond it a Duration overflows
+			timeout = time.Duration(min(secs, maxSecs) * float64(time.Second))
 		}
 	}
-	lim := h.cfg.BotLimits
 	ex := runtime.Execution{
 		Event:  event,
-		Limits: runtime.Limits{Timeout: timeout, MemoryBytes: lim.MemoryBytes, OutputBytes: lim.OutputBytes, LogBytes: lim.LogBytes},
+		Limits: runtime.Limits{Timeout: timeout},
 		FHIR:   h.botFHIR(ctx, rec),
 	}
 	res, err := h.cfg.Runtime.Execute(ctx, mod, ex)
@@ -407,9 +398,9 @@ func (h *Handler) botInput(r *http.Request, query url.Values, byIdentifier bool)
 		return "", runtime.FormInput(query), nil
 	}
 	mt := httpx.MediaType(r)
-	limit := h.cfg.MaxTextBytes
+	limit := h.cfg.Limits.TextBodyBytes
 	if httpx.IsJSON(mt) {
-		limit = h.cfg.MaxJSONBytes
+		limit = h.cfg.Limits.JSONBodyBytes
 	}
 	body, err := httpx.ReadBody(r, limit)
 	if err != nil {

@@ -14,6 +14,7 @@ import (
 	"github.com/sandbot/sandbot/fhir"
 	"github.com/sandbot/sandbot/internal/server"
 	"github.com/sandbot/sandbot/internal/servertest"
+	"github.com/sandbot/sandbot/limits"
 	"github.com/sandbot/sandbot/runtime"
 	"github.com/sandbot/sandbot/store"
 )
@@ -297,7 +298,7 @@ func TestBotModuleCacheEviction(t *testing.T) {
 	echo := readWasm(t, "../../examples/c-echo/c-echo.wasm")
 	event := readWasm(t, "testdata/event.wasm")
 	reg := prometheus.NewRegistry()
-	rt, err := runtime.New(context.Background(), runtime.Config{ModuleCacheBytes: max(len(echo), len(event)) + 1, Registerer: reg})
+	rt, err := runtime.New(context.Background(), runtime.Config{Limits: limits.Limits{ModuleCacheBytes: int64(max(len(echo), len(event)) + 1)}, Registerer: reg})
 	if err != nil {
 		t.Fatal(err)
 	}

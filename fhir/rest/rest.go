@@ -18,6 +18,7 @@ import (
 	"github.com/sandbot/sandbot/fhir"
 	"github.com/sandbot/sandbot/internal/auth"
 	"github.com/sandbot/sandbot/internal/httpx"
+	"github.com/sandbot/sandbot/limits"
 	"github.com/sandbot/sandbot/runtime"
 	"github.com/sandbot/sandbot/store"
 )
@@ -29,16 +30,12 @@ type Config struct {
 	// BaseURL is the server's public base URL, ending in "/".
 	BaseURL string
 	Log     *slog.Logger
-	// MaxJSONBytes bounds JSON bodies (default 1 MiB).
-	MaxJSONBytes int64
-	// MaxBinaryBytes bounds raw Binary uploads and bot modules (default 32 MiB).
-	MaxBinaryBytes int64
-	// MaxTextBytes bounds text, HL7 and form bodies of $execute (default 1 MiB).
-	MaxTextBytes int64
+	// Limits bound request bodies (JSON, text, raw Binary and modules) and
+	// the execution log kept in AuditEvents; zero fields take the defaults.
+	// Execution limits are the Runtime's.
+	Limits limits.Limits
 	// Runtime runs bots; nil leaves the Bot operations out.
 	Runtime *runtime.Runtime
-	// BotLimits bound each execution; zero fields take the runtime's defaults.
-	BotLimits BotLimits
 	// Registerer receives the bot input metrics; nil registers none.
 	Registerer prometheus.Registerer
 }
@@ -61,15 +58,7 @@ type Handler struct {
 
 // New builds the handler.
 func New(cfg Config) *Handler {
-	if cfg.MaxJSONBytes == 0 {
-		cfg.MaxJSONBytes = 1 << 20
-	}
-	if cfg.MaxBinaryBytes == 0 {
-		cfg.MaxBinaryBytes = 32 << 20
-	}
-	if cfg.MaxTextBytes == 0 {
-		cfg.MaxTextBytes = 1 << 20
-	}
+	cfg.Limits = cfg.Limits.WithDefaults()
 	if cfg.Log == nil {
 		cfg.Log = slog.New(slog.DiscardHandler)
 	}
@@ -215,7 +204,7 @@ func (h *Handler) readJSONResource(r *http.Request, typ string) (fhir.Resource, 
 	if !httpx.IsJSON(httpx.MediaType(r)) {
 		return nil, fhir.Errorf(fhir.EUnsupportedMedia, "Unsupported media type")
 	}
-	body, err := httpx.ReadBody(r, h.cfg.MaxJSONBytes)
+	body, err := httpx.ReadBody(r, h.cfg.Limits.JSONBodyBytes)
 	if err != nil {
 		return nil, err
 	}
@@ -284,7 +273,7 @@ func (h *Handler) create(w http.ResponseWriter, r *http.Request) {
 
 // rawBinary wraps a non-JSON upload in a Binary resource.
 func (h *Handler) rawBinary(r *http.Request) (fhir.Resource, error) {
-	body, err := httpx.ReadBody(r, h.cfg.MaxBinaryBytes)
+	body, err := httpx.ReadBody(r, h.cfg.Limits.ModuleBytes)
 	if err != nil {
 		return nil, err
 	}
@@ -424,7 +413,7 @@ func (h *Handler) patch(w http.ResponseWriter, r *http.Request) {
 		h.fail(w, r, fhir.Errorf(fhir.EUnsupportedMedia, "Unsupported media type"))
 		return
 	}
-	body, err := httpx.ReadBody(r, h.cfg.MaxJSONBytes)
+	body, err := httpx.ReadBody(r, h.cfg.Limits.JSONBodyBytes)
 	if err != nil {
 		h.fail(w, r, err)
 		return

@@ -19,7 +19,7 @@ func (h *Handler) search(w http.ResponseWriter, r *http.Request) {
 func (h *Handler) searchPost(w http.ResponseWriter, r *http.Request) {
 	query := r.URL.RawQuery
 	if httpx.MediaType(r) == "application/x-www-form-urlencoded" {
-		body, err := httpx.ReadBody(r, h.cfg.MaxJSONBytes)
+		body, err := httpx.ReadBody(r, h.cfg.Limits.JSONBodyBytes)
 		if err != nil {
 			h.fail(w, r, err)
 			return

@@ -495,7 +495,7 @@ func TestAuthRateLimit(t *testing.T) {
 				t.Errorf("%s after the auth limit: %d", p, a.status)
 			}
 		}
-	}, func(cfg *server.Config) { cfg.AuthRateLimit = 5 })
+	}, func(cfg *server.Config) { cfg.Limits.AuthRequestsPerMinute = 5 })
 }
 
 // TestRevokedLogin: a token whose Login is revoked (or whose membership is

@@ -15,9 +15,6 @@ import (
 	"github.com/sandbot/sandbot/store"
 )
 
-// maxTokenForm bounds the token request body.
-const maxTokenForm = 64 << 10
-
 // Register mounts /oauth2/token, /auth/me and /.well-known/jwks.json.
 func (a *Authenticator) Register(r *mux.Router) {
 	r.HandleFunc("/oauth2/token", a.handleToken).Methods(http.MethodPost)
@@ -37,7 +34,7 @@ func (a *Authenticator) handleToken(w http.ResponseWriter, r *http.Request) {
 		oauthError(w, http.StatusBadRequest, "invalid_request", "Unsupported content type")
 		return
 	}
-	body, err := httpx.ReadBody(r, maxTokenForm)
+	body, err := httpx.ReadBody(r, a.maxBody)
 	if err != nil {
 		oauthError(w, fhir.ErrorCodeOf(err).Status(), "invalid_request", "Request body too large")
 		return

@@ -77,7 +77,7 @@ func str(m map[string]any, k string) string { s, _ := m[k].(string); return stri
 
 func (a *Authenticator) handleLogin(w http.ResponseWriter, r *http.Request) {
 	ctx := r.Context()
-	body, err := httpx.ReadJSONObject(r, 64<<10)
+	body, err := httpx.ReadJSONObject(r, a.maxBody)
 	if err != nil {
 		httpx.WriteError(w, r, a.log, err)
 		return
@@ -227,7 +227,7 @@ func (a *Authenticator) handleLogin(w http.ResponseWriter, r *http.Request) {
 // where profile is the membership id.
 func (a *Authenticator) handleProfile(w http.ResponseWriter, r *http.Request) {
 	ctx := r.Context()
-	body, err := httpx.ReadJSONObject(r, 64<<10)
+	body, err := httpx.ReadJSONObject(r, a.maxBody)
 	if err != nil {
 		httpx.WriteError(w, r, a.log, err)
 		return
@@ -408,7 +408,7 @@ func (a *Authenticator) loginTokens(w http.ResponseWriter, r *http.Request, rec 
 // handleSetPassword consumes an invitation (or reset) link: {id, secret, password}.
 func (a *Authenticator) handleSetPassword(w http.ResponseWriter, r *http.Request) {
 	ctx := r.Context()
-	body, err := httpx.ReadJSONObject(r, 64<<10)
+	body, err := httpx.ReadJSONObject(r, a.maxBody)
 	if err != nil {
 		httpx.WriteError(w, r, a.log, err)
 		return

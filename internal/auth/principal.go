@@ -14,6 +14,7 @@ import (
 	"github.com/sandbot/sandbot/fhir"
 	"github.com/sandbot/sandbot/internal/access"
 	"github.com/sandbot/sandbot/internal/httpx"
+	"github.com/sandbot/sandbot/limits"
 	"github.com/sandbot/sandbot/store"
 )
 
@@ -81,14 +82,18 @@ type Authenticator struct {
 	store  store.Store
 	tokens *Tokens
 	log    *slog.Logger
+	// maxBody bounds the bodies of the token, login, profile and
+	// set-password endpoints.
+	maxBody int64
 
 	mu    sync.Mutex
 	cache map[string]cached
 }
 
-// NewAuthenticator builds an authenticator.
-func NewAuthenticator(s store.Store, t *Tokens, log *slog.Logger) *Authenticator {
-	return &Authenticator{store: s, tokens: t, log: log, cache: map[string]cached{}}
+// NewAuthenticator builds an authenticator; its endpoints' bodies are
+// bounded by lim.AuthBodyBytes (zero: the default).
+func NewAuthenticator(s store.Store, t *Tokens, lim limits.Limits, log *slog.Logger) *Authenticator {
+	return &Authenticator{store: s, tokens: t, log: log, maxBody: lim.WithDefaults().AuthBodyBytes, cache: map[string]cached{}}
 }
 
 // Tokens is the token signer.

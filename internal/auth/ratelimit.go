@@ -11,11 +11,8 @@ import (
 
 	"github.com/sandbot/sandbot/fhir"
 	"github.com/sandbot/sandbot/internal/httpx"
+	"github.com/sandbot/sandbot/limits"
 )
-
-// DefaultAuthRateLimit is the number of auth requests a client IP may make
-// per minute (the reference's strict auth limit).
-const DefaultAuthRateLimit = 160
 
 // RateLimiter limits the auth endpoints (/auth/* except /auth/me, and
 // /oauth2/*) per client IP with a fixed one-minute window. The client IP is
@@ -31,12 +28,10 @@ type RateLimiter struct {
 	nowFunc func() time.Time
 }
 
-// NewRateLimiter allows perMinute requests per IP; 0 means the default and a
-// negative value turns limiting off.
-func NewRateLimiter(perMinute int, log *slog.Logger) *RateLimiter {
-	if perMinute == 0 {
-		perMinute = DefaultAuthRateLimit
-	}
+// NewRateLimiter allows lim.AuthRequestsPerMinute requests per IP (zero:
+// the default; negative: no limit).
+func NewRateLimiter(lim limits.Limits, log *slog.Logger) *RateLimiter {
+	perMinute := int(lim.WithDefaults().AuthRequestsPerMinute)
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}

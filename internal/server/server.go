@@ -23,16 +23,10 @@ import (
 	"github.com/sandbot/sandbot/internal/auth"
 	"github.com/sandbot/sandbot/internal/httpx"
 	"github.com/sandbot/sandbot/internal/mail"
+	"github.com/sandbot/sandbot/limits"
 	"github.com/sandbot/sandbot/runtime"
 	"github.com/sandbot/sandbot/store"
 )
-
-// Limits are the request size limits (DECISIONS 14).
-type Limits struct {
-	JSONBytes   int64
-	TextBytes   int64
-	ModuleBytes int64
-}
 
 // Config configures the server.
 type Config struct {
@@ -41,20 +35,18 @@ type Config struct {
 	AdminClientID     string
 	AdminClientSecret string
 	TokenTTL          time.Duration
-	Limits            Limits
-	Version           string
+	// Limits bound request bodies, bot executions and the auth endpoints;
+	// zero fields take the defaults. The bot runtime is given the same
+	// limits by whoever builds it.
+	Limits  limits.Limits
+	Version string
 	// Dialect names the store's database for /healthcheck.
 	Dialect string
 	// Runtime runs bots; nil serves no Bot operations.
 	Runtime *runtime.Runtime
-	// BotLimits bound each bot execution.
-	BotLimits rest.BotLimits
 	// SMTPURL sends invitation e-mails (smtp://[user:pass@]host[:port]?from=…,
 	// smtps://…); empty logs them instead (SANDBOT_SMTP_URL).
 	SMTPURL string
-	// AuthRateLimit is the number of /auth/* and /oauth2/* requests per
-	// client IP per minute (0: 160; negative: no limit).
-	AuthRateLimit int
 }
 
 // Server is the assembled server.
@@ -78,15 +70,7 @@ func New(ctx context.Context, cfg Config, st store.Store, reg *prometheus.Regist
 	if cfg.TokenTTL == 0 {
 		cfg.TokenTTL = time.Hour
 	}
-	if cfg.Limits.JSONBytes == 0 {
-		cfg.Limits.JSONBytes = 1 << 20
-	}
-	if cfg.Limits.TextBytes == 0 {
-		cfg.Limits.TextBytes = 1 << 20
-	}
-	if cfg.Limits.ModuleBytes == 0 {
-		cfg.Limits.ModuleBytes = 32 << 20
-	}
+	cfg.Limits = cfg.Limits.WithDefaults()
 	boot, err := admin.Bootstrap(ctx, st, cfg.AdminClientID, cfg.AdminClientSecret)
 	if err != nil {
 		return nil, err
@@ -96,10 +80,9 @@ func New(ctx context.Context, cfg Config, st store.Store, reg *prometheus.Regist
 		return nil, err
 	}
 	s := &Server{Store: st, Bootstrap: boot, log: log}
-	s.Auth = auth.NewAuthenticator(st, tokens, log)
+	s.Auth = auth.NewAuthenticator(st, tokens, cfg.Limits, log)
 	s.FHIR = rest.New(rest.Config{Store: st, Auth: s.Auth, BaseURL: cfg.BaseURL, Log: log,
-		MaxJSONBytes: cfg.Limits.JSONBytes, MaxTextBytes: cfg.Limits.TextBytes, MaxBinaryBytes: cfg.Limits.ModuleBytes,
-		Runtime: cfg.Runtime, BotLimits: cfg.BotLimits, Registerer: reg})
+		Limits: cfg.Limits, Runtime: cfg.Runtime, Registerer: reg})
 
 	metrics := httpx.NewMetrics(reg)
 	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
@@ -119,12 +102,12 @@ func New(ctx context.Context, cfg Config, st store.Store, reg *prometheus.Regist
 	reg.MustRegister(inviteMailFailures)
 	s.Admin = &admin.Service{Store: st, Mail: mailer, BaseURL: cfg.BaseURL, Log: log, SuperProjectID: boot.ProjectID,
 		Changed: func() { s.Auth.Forget(); s.FHIR.Forget() }, MailFailed: inviteMailFailures.Inc}
-	adminAPI := adminhttp.New(s.Admin, s.Auth, cfg.BaseURL, cfg.Limits.JSONBytes, log)
+	adminAPI := adminhttp.New(s.Admin, s.Auth, cfg.BaseURL, cfg.Limits, log)
 	s.FHIR.AddRoutes(adminAPI.RegisterFHIR)
 
 	api := mux.NewRouter()
 	api.Use(httpx.Middleware(log, metrics))
-	api.Use(auth.NewRateLimiter(cfg.AuthRateLimit, log).Middleware)
+	api.Use(auth.NewRateLimiter(cfg.Limits, log).Middleware)
 	api.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		httpx.WriteJSON(w, http.StatusOK, "application/json", map[string]any{"ok": true})
 	}).Methods(http.MethodGet)

@@ -4,11 +4,15 @@ import (
 	"encoding/json"
 	"io"
 	"net/http"
+	"net/url"
 	"regexp"
 	"strings"
 	"testing"
 
+	"github.com/sandbot/sandbot/internal/server"
 	"github.com/sandbot/sandbot/internal/servertest"
+	"github.com/sandbot/sandbot/limits"
+	"github.com/sandbot/sandbot/store/storetest"
 )
 
 func get(t *testing.T, url string) (int, string, http.Header) {
@@ -111,4 +115,31 @@ func TestHealthcheck(t *testing.T) {
 			t.Errorf("/readyz with a closed store: %d", status)
 		}
 	})
+}
+
+// TestLimitsReachEveryHandler: the one Limits given to the server bounds the
+// FHIR, admin and auth bodies (each over its own limit is 413, just under
+// it is not).
+func TestLimitsReachEveryHandler(t *testing.T) {
+	lim := limits.Limits{JSONBodyBytes: 4 << 10, AuthBodyBytes: 2 << 10}
+	s := servertest.Start(t, storetest.Backends(t)[0], func(c *server.Config) { c.Limits = lim })
+	c := s.NewProject(t, "limits")
+	pad := func(n int) string { return strings.Repeat("x", n) }
+	if r := c.Do("POST", "fhir/R4/Patient", `{"resourceType":"Patient","gender":"`+pad(5<<10)+`"}`, "application/fhir+json"); r.Status != 413 {
+		t.Errorf("FHIR body over JSONBodyBytes: %d %s", r.Status, r.Body)
+	}
+	if r := c.Do("POST", "fhir/R4/Patient", `{"resourceType":"Patient"}`, "application/fhir+json"); r.Status != 201 {
+		t.Errorf("small FHIR body: %d %s", r.Status, r.Body)
+	}
+	if r := c.Do("POST", "admin/projects/"+c.ProjectID+"/secrets", `[{"name":"a","valueString":"`+pad(5<<10)+`"}]`, "application/json"); r.Status != 413 {
+		t.Errorf("admin body over JSONBodyBytes: %d %s", r.Status, r.Body)
+	}
+	form := url.Values{"grant_type": {"client_credentials"}, "client_id": {c.ClientID}, "client_secret": {c.Secret}, "scope": {pad(3 << 10)}}
+	if status, _ := servertest.PostToken(t, s.URL, form); status != 413 {
+		t.Errorf("token form over AuthBodyBytes: %d", status)
+	}
+	form.Set("scope", "openid")
+	if status, _ := servertest.PostToken(t, s.URL, form); status != 200 {
+		t.Errorf("small token form: %d", status)
+	}
 }
