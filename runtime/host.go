@@ -104,18 +104,24 @@ type logBuffer struct {
 	truncated bool
 }
 
+// add keeps a line. A line counts its length plus one (its newline), so
+// that empty lines, too, are bounded by max.
 func (l *logBuffer) add(level int, text []byte) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if len(text) > l.max {
-		text = text[len(text)-l.max:]
+	if l.max <= 0 {
+		l.truncated = true
+		return
+	}
+	if len(text)+1 > l.max {
+		text = text[len(text)-(l.max-1):]
 		l.truncated = true
 	}
 	l.lines = append(l.lines, LogLine{Level: level, Text: string(text)})
-	l.size += len(text)
+	l.size += len(text) + 1
 	drop := 0
 	for l.size > l.max {
-		l.size -= len(l.lines[drop].Text)
+		l.size -= len(l.lines[drop].Text) + 1
 		drop++
 	}
 	if drop > 0 {

@@ -697,3 +697,23 @@ func (p *memPool) idleCount() int {
 		time.Sleep(time.Millisecond)
 	}
 }
+
+// TestLogBufferBound: the kept log stays within its limit for every shape of
+// input, empty lines included, and a limit of zero keeps nothing.
+func TestLogBufferBound(t *testing.T) {
+	for _, max := range []int{0, 1, 2, 100} {
+		l := &logBuffer{max: max}
+		for i := 0; i < 10000; i++ {
+			l.add(1, nil)
+			l.add(2, []byte(strings.Repeat("x", i%250)))
+		}
+		lines, truncated := l.result()
+		size := 0
+		for _, line := range lines {
+			size += len(line.Text) + 1
+		}
+		if size > max || !truncated {
+			t.Errorf("max %d: kept %d lines, %d bytes, truncated %v", max, len(lines), size, truncated)
+		}
+	}
+}
