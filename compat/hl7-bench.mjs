@@ -15,12 +15,15 @@
 // into messages with splitMessages from hl7-golden.mjs.
 import { readFileSync, readdirSync, statSync } from 'node:fs';
 import { join, relative, sep } from 'node:path';
+import { fileURLToPath } from 'node:url';
 import { stripFraming, splitMessages } from './hl7-golden.mjs';
 
 globalThis.WebSocket ??= class WebSocket {};
 const { Hl7Message } = await import('@medplum/core');
 
-const corpus = process.env.HL7_CORPUS ?? '../../shared/testdata/hl7';
+// The corpus kept in the repository (hl7/testdata/corpus, with its origins
+// and licences); HL7_CORPUS points elsewhere.
+const corpus = process.env.HL7_CORPUS ?? fileURLToPath(new URL('../hl7/testdata/corpus/', import.meta.url));
 const seconds = Number(process.env.BENCH_SECONDS ?? 2);
 
 function walk(dir) {

@@ -1,6 +1,7 @@
 // Generates hl7/testdata/medplum-golden.json: what @medplum/core's Hl7Message
-// returns for every field of every message of the shared HL7 corpus, for the
-// differential test in hl7/corpus_test.go (TestMedplumDifferential).
+// returns for every field of every message of the HL7 corpus
+// (hl7/testdata/corpus), for the differential test in hl7/corpus_test.go
+// (TestMedplumDifferential).
 //
 // Run: cd compat && node hl7-golden.mjs
 //
@@ -17,14 +18,16 @@
 // are recorded with their error.
 import { readFileSync, readdirSync, statSync, writeFileSync, mkdirSync } from 'node:fs';
 import { join, relative, sep } from 'node:path';
-import { pathToFileURL } from 'node:url';
+import { fileURLToPath, pathToFileURL } from 'node:url';
 
 // @medplum/core 5.x references the global WebSocket at load time, which
 // Node 20 only has behind --experimental-websocket; a stub is enough here.
 globalThis.WebSocket ??= class WebSocket {};
 const { Hl7Message } = await import('@medplum/core');
 
-const corpus = process.env.HL7_CORPUS ?? '../../shared/testdata/hl7';
+// The corpus kept in the repository (hl7/testdata/corpus, with its origins
+// and licences); HL7_CORPUS points elsewhere.
+const corpus = process.env.HL7_CORPUS ?? fileURLToPath(new URL('../hl7/testdata/corpus/', import.meta.url));
 const out = '../hl7/testdata/medplum-golden.json';
 
 function walk(dir) {

@@ -10,7 +10,9 @@ import (
 	"testing"
 )
 
-const corpusDir = "../../shared/testdata/hl7"
+// corpusDir is the HL7 corpus kept in the repository (its README gives
+// origins and licences).
+const corpusDir = "testdata/corpus"
 
 type corpusFile struct {
 	name string // relative to corpusDir, with forward slashes
@@ -19,18 +21,11 @@ type corpusFile struct {
 
 var corpusCache []corpusFile
 
-// loadCorpus returns every *.hl7 file of the shared corpus. A missing corpus
-// fails the test unless SANDBOT_SKIP_CORPUS=1.
+// loadCorpus returns every *.hl7 file of the corpus.
 func loadCorpus(tb testing.TB) []corpusFile {
 	tb.Helper()
 	if corpusCache != nil {
 		return corpusCache
-	}
-	if _, err := os.Stat(corpusDir); err != nil {
-		if os.Getenv("SANDBOT_SKIP_CORPUS") == "1" {
-			tb.Skip("corpus missing and SANDBOT_SKIP_CORPUS=1")
-		}
-		tb.Fatalf("HL7 corpus not found at %s (set SANDBOT_SKIP_CORPUS=1 to skip): %v", corpusDir, err)
 	}
 	var out []corpusFile
 	err := filepath.WalkDir(corpusDir, func(p string, d os.DirEntry, err error) error {
@@ -119,6 +114,45 @@ func TestCorpusParseRoundTrip(t *testing.T) {
 		}
 	}
 	t.Logf("%d files, %d messages", len(files), nmsg)
+}
+
+// TestCorpusManifest: every corpus file is listed in MANIFEST.json with its
+// size, origin and a licence whose text is kept beside it, and every listed
+// file is there.
+func TestCorpusManifest(t *testing.T) {
+	files := loadCorpus(t)
+	raw, err := os.ReadFile(filepath.Join(corpusDir, "MANIFEST.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var manifest []struct {
+		File, Repo, Commit, Path, License string
+		LicenseFile                       string `json:"license_file"`
+		Bytes                             int
+	}
+	if err := json.Unmarshal(raw, &manifest); err != nil {
+		t.Fatal(err)
+	}
+	listed := map[string]int{}
+	for _, e := range manifest {
+		listed[e.File] = e.Bytes
+		if e.Repo == "" || len(e.Commit) != 40 || e.Path == "" || e.License == "" {
+			t.Errorf("%s: origin or licence missing: %+v", e.File, e)
+		}
+		if _, err := os.Stat(filepath.Join(corpusDir, e.LicenseFile)); err != nil || e.LicenseFile == "" {
+			t.Errorf("%s: licence text %q missing", e.File, e.LicenseFile)
+		}
+	}
+	for _, f := range files {
+		n, ok := listed[f.name]
+		if !ok || n != len(f.data) {
+			t.Errorf("%s: %d bytes, manifest lists %d (listed: %v)", f.name, len(f.data), n, ok)
+		}
+		delete(listed, f.name)
+	}
+	for name := range listed {
+		t.Errorf("%s: in the manifest, not in the corpus", name)
+	}
 }
 
 func asParseError(err error, pe **ParseError) bool {
