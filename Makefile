@@ -24,7 +24,7 @@ test-sdk:
 test-node:
 	cd compat && npm ci --no-audit --no-fund --loglevel=error && node --test
 
-# HL7 for FUZZTIME (60 s in CI, as its issue asks); the FHIR search and
+# HL7 for FUZZTIME (60 s by default); the FHIR search and
 # resource decoders, the bot input mapping and envelope parser, and the SDK's
 # event decoder and envelope encoder for a shorter while on every run.
 # scripts/fuzz.sh runs a target again, once, when Go's coordinator stops it

@@ -20,7 +20,7 @@ import { fileURLToPath } from 'node:url';
 // @medplum/core 5.x references the global WebSocket at load time.
 globalThis.WebSocket ??= class WebSocket {};
 // On Node, startPkce cannot hash (it looks for window.crypto) and falls back
-// to the 'plain' method with a warning (DECISIONS "Login details"); keep the
+// to the 'plain' method with a warning (docs/decisions.md, "Login details"); keep the
 // test output readable.
 const warn = console.warn;
 console.warn = (...args) => {

@@ -1,7 +1,7 @@
 // The official CLI, unchanged, against sandbot: `medplum bot deploy` reads
 // medplum.config.json, uploads the source as a Binary, saves the Bot, and
 // posts the dist file as text to $deploy. A WASM bot's dist file is the module
-// in base64 (DECISIONS 13), so the CLI's UTF-8 handling cannot corrupt it.
+// in base64 (docs/decisions.md 13), so the CLI's UTF-8 handling cannot corrupt it.
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { execFile } from 'node:child_process';

@@ -11,7 +11,7 @@ import (
 // needs before handing a module to wazero: listing imports (so that a
 // forbidden import is reported by name at deploy, not at first execution),
 // giving every table without a declared maximum a maximum equal to its
-// initial size (DECISIONS.md item 14), and merging active data segments that
+// initial size (docs/decisions.md 14), and merging active data segments that
 // are separated by short runs of zeros. Go's linker emits tens of thousands
 // of small data segments, and wazero evaluates and copies each one at every
 // instantiation; merged, a Go bot instantiates in a fraction of the time.

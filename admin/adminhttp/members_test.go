@@ -49,7 +49,7 @@ func TestMemberUpdateAndPatch(t *testing.T) {
 		delete(noProfile, "profile")
 		expect(t, ca.Do("POST", path, noProfile, ""), 400, "no profile")
 
-		// PATCH: replace of a missing field acts as add (interface.md's example).
+		// PATCH: replace of a missing field acts as add (docs/decisions.md 3).
 		m2 := expect(t, ca.Do("POST", "admin/projects/"+a.ProjectID+"/invite", inviteBody("Practitioner", "Pa", "Tch", "patch@example.com"), ""), 200, "invite 2")
 		p2 := "admin/projects/" + a.ProjectID + "/members/" + id(m2)
 		patch := `[{"op":"replace","path":"/admin","value":true}]`
@@ -74,7 +74,7 @@ func TestMemberUpdateAndPatch(t *testing.T) {
 		expect(t, ca.Do("PATCH", p2, patch, "application/json"), 415, "wrong content type")
 		expect(t, ca.Do("PATCH", p2, `[{"op":"add","path":"/admin","value":"yes"}]`, "application/json-patch+json"), 400, "non-boolean admin")
 
-		// ProjectMembership is not written through /fhir/R4 by project admins (DECISIONS 5).
+		// ProjectMembership is not written through /fhir/R4 by project admins (docs/decisions.md 5).
 		r := ca.Do("PUT", "fhir/R4/ProjectMembership/"+id(m), got, "")
 		if r.Status != 403 || !strings.Contains(r.Issue(), "/admin/projects/") {
 			t.Fatalf("fhir write: %d %s", r.Status, r.Body)

@@ -43,7 +43,7 @@ func TestProjectAdminEndpoints(t *testing.T) {
 		if pj["id"] != a.ProjectID || pj["name"] != "Alpha" || pj["secret"] == nil || pj["setting"] == nil || pj["site"] == nil {
 			t.Fatalf("project details: %s", got)
 		}
-		// DECISIONS 2: another project's id is 403 for project admins; super admins may name any.
+		// docs/decisions.md 2: another project's id is 403 for project admins; super admins may name any.
 		expect(t, ca.Do("GET", "admin/projects/"+b.ProjectID, nil, ""), 403, "other project")
 		expect(t, ca.Do("POST", "admin/projects/"+b.ProjectID+"/secrets", []any{}, ""), 403, "other project secrets")
 		expect(t, ca.Do("POST", "admin/projects/"+b.ProjectID+"/invite", inviteBody("Practitioner", "X", "Y", "xy@example.com"), ""), 403, "other project invite")

@@ -460,7 +460,7 @@ func projectSecrets(project fhir.Resource) map[string]any {
 	return out
 }
 
-// writeBotResult maps the envelope to the HTTP answer (bot ABI, DECISIONS 7-8).
+// writeBotResult maps the envelope to the HTTP answer (sdk/ABI.md §3, docs/decisions.md 7-8).
 func (h *Handler) writeBotResult(w http.ResponseWriter, r *http.Request, requestType string, env *runtime.Envelope) {
 	if len(env.Error) > 0 {
 		status := http.StatusBadRequest
@@ -501,7 +501,7 @@ func (h *Handler) writeBotResult(w http.ResponseWriter, r *http.Request, request
 	var s string
 	if !httpx.IsJSON(mt) && json.Unmarshal(env.Result, &s) == nil {
 		// Text results go out as the text itself; JSON types get JSON, so a
-		// string result to a JSON request is a JSON string (DECISIONS 7).
+		// string result to a JSON request is a JSON string (docs/decisions.md 7).
 		body = []byte(s)
 	}
 	w.Header().Set("Content-Type", ct)

@@ -470,7 +470,7 @@ func TestSigningKeySurvivesRestart(t *testing.T) {
 }
 
 // TestAuthRateLimit: past the limit, /oauth2/token answers 429 with an
-// OperationOutcome (DECISIONS 16), while /auth/me and the FHIR API are not
+// OperationOutcome (docs/decisions.md 16), while /auth/me and the FHIR API are not
 // limited.
 func TestAuthRateLimit(t *testing.T) {
 	servertest.ForEachBackend(t, func(t *testing.T, s *servertest.Server) {
