@@ -24,13 +24,14 @@ test-sdk:
 test-node:
 	cd compat && npm ci --no-audit --no-fund --loglevel=error && node --test
 
-# HL7 for FUZZTIME (60 s by default); the FHIR search and
+# HL7 for FUZZTIME (60 s by default), its acknowledgements, the FHIR search and
 # resource decoders, the bot input mapping and envelope parser, and the SDK's
 # event decoder and envelope encoder for a shorter while on every run.
 # scripts/fuzz.sh runs a target again, once, when Go's coordinator stops it
 # at the time limit without a finding (go.dev/issue/75804, fixed in Go 1.27).
 fuzz:
 	GO=$(GO) scripts/fuzz.sh . ./hl7 FuzzParse $(FUZZTIME)
+	GO=$(GO) scripts/fuzz.sh . ./hl7 FuzzAck 10s
 	GO=$(GO) scripts/fuzz.sh . ./fhir FuzzParseSearch 10s
 	GO=$(GO) scripts/fuzz.sh . ./fhir FuzzParseResource 10s
 	GO=$(GO) scripts/fuzz.sh . ./fhir FuzzMarshalMatchesEncodingJSON 10s

@@ -158,7 +158,8 @@ func (s Segment) Exists() bool { return s.m != nil && s.i >= 0 && s.i < len(s.m.
 // Index returns the segment's 0-based position in the message.
 func (s Segment) Index() int { return s.i }
 
-// Raw returns the segment's bytes, terminator excluded.
+// Raw returns the segment's bytes, terminator excluded. For an edited
+// segment they are assembled anew on every call.
 func (s Segment) Raw() []byte {
 	if !s.Exists() {
 		return nil
@@ -166,22 +167,30 @@ func (s Segment) Raw() []byte {
 	return s.m.segBytes(s.i)
 }
 
+// name returns the segment ID's bytes (nil when the segment does not exist).
+func (s Segment) name() []byte {
+	if !s.Exists() {
+		return nil
+	}
+	return s.m.segName(s.i)
+}
+
 // Name returns the segment ID, such as "PID".
 func (s Segment) Name() string {
-	b := s.Raw()
+	b := s.name()
 	if len(b) < 3 {
 		return ""
 	}
-	return string(b[:3])
+	return string(b)
 }
 
 // Is reports whether the segment ID is name, without allocating.
 func (s Segment) Is(name string) bool {
-	b := s.Raw()
+	b := s.name()
 	return len(b) >= 3 && len(name) == 3 && b[0] == name[0] && b[1] == name[1] && b[2] == name[2]
 }
 
-func (s Segment) header() bool { return isHeaderName(s.Raw()) }
+func (s Segment) header() bool { return isHeaderName(s.name()) }
 
 // NumFields returns the number of fields after the segment ID. For MSH this
 // counts MSH-1, the field separator.
@@ -189,16 +198,21 @@ func (s Segment) NumFields() int {
 	if !s.Exists() {
 		return 0
 	}
-	sg := &s.m.segs[s.i]
-	if sg.fi < 0 {
-		s.m.indexFields(s.i)
-	}
-	n := int(sg.nf)
+	n := s.m.numSeps(s.i)
 	if s.header() {
 		n++
 	}
 	return n
 }
+
+// singleBytes holds every byte value once, so that MSH-1 of an edited
+// header can refer to its field separator without allocating.
+var singleBytes = func() (b [256]byte) {
+	for i := range b {
+		b[i] = byte(i)
+	}
+	return b
+}()
 
 // Field returns field n (HL7-numbered: 1 is the first field after the
 // segment ID; in MSH, 1 is the field separator and 2 the encoding
@@ -210,16 +224,13 @@ func (s Segment) Field(n int) Field {
 	}
 	m := s.m
 	out.d = m.d
-	sg := &m.segs[s.i]
-	if sg.fi < 0 {
-		m.indexFields(s.i)
-	}
-	b := m.segBytes(s.i)
-	k := n // split index
-	if isHeaderName(b) && n >= 1 {
+	nf := m.numSeps(s.i)
+	k := n // piece index
+	if s.header() && n >= 1 {
 		if n == 1 {
-			if len(b) > 3 {
-				out.raw, out.exists, out.atomic = b[3:4], true, true
+			if nf > 0 {
+				fs := m.d.Field
+				out.raw, out.exists, out.atomic = singleBytes[fs:fs+1], true, true
 			}
 			return out
 		}
@@ -228,19 +239,10 @@ func (s Segment) Field(n int) Field {
 			out.atomic = true
 		}
 	}
-	nf := int(sg.nf)
 	if k > nf {
 		return out
 	}
-	pos := m.fpos[sg.fi : int(sg.fi)+nf]
-	from, to := 0, len(b)
-	if k > 0 {
-		from = int(pos[k-1]) + 1
-	}
-	if k < nf {
-		to = int(pos[k])
-	}
-	out.raw, out.exists = b[from:to], true
+	out.raw, out.exists = m.piece(s.i, k), true
 	return out
 }
 
@@ -250,8 +252,8 @@ func (m *Message) Segment(name string, occurrence int) Segment {
 		return Segment{}
 	}
 	for i := range m.segs {
-		b := m.segBytes(i)
-		if b[0] == name[0] && b[1] == name[1] && b[2] == name[2] {
+		b := m.segName(i)
+		if len(b) == 3 && b[0] == name[0] && b[1] == name[1] && b[2] == name[2] {
 			occurrence--
 			if occurrence == 0 {
 				return Segment{m, i}

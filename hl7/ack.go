@@ -68,11 +68,27 @@ func validAckCode(c string) bool {
 	return false
 }
 
-// Ack builds an acknowledgement of m with m's own delimiters: sending and
-// receiving application and facility swapped (MSH-3/4 <-> MSH-5/6), a new
-// control ID in MSH-10, the current time in MSH-7, MSH-9 ACK^<trigger>^ACK,
-// MSH-11 and MSH-12 copied from m, MSA-1 the code, MSA-2 m's MSH-10, MSA-3
-// the optional text, and the optional ERR segment. Segments end with CR.
+// Ack builds an acknowledgement of m: sending and receiving application and
+// facility swapped (MSH-3/4 <-> MSH-5/6), a new control ID in MSH-10, the
+// current time in MSH-7, MSH-9 ACK^<trigger>^ACK, MSH-11 and MSH-12 copied
+// from m, MSA-1 the code, MSA-2 m's MSH-10, MSA-3 the optional text, and the
+// optional ERR segment. Segments end with CR.
+//
+// The acknowledgement is always a well-formed message that carries every
+// text exactly (Parse of it succeeds and each text is its Value):
+//
+//   - When m declares an escape character, the acknowledgement uses m's own
+//     delimiters, and every text (MSA-3, the ERR texts, the control ID, the
+//     time) is escaped with them.
+//   - When m declares none (MSH-2 shorter than three characters, as in
+//     "MSH|^~|"), no text holding a delimiter could be written with m's
+//     delimiters: the acknowledgement declares the standard ones, |^~\&,
+//     instead. The fields copied from m keep their structure (each of m's
+//     delimiters becomes the standard one of the same role) and their text
+//     (a character that is a standard delimiter is escaped).
+//
+// A text that is exactly "" (two double quotes) is written with its first
+// quote escaped (\X22\), so that it is not read as the HL7 null.
 func (m *Message) Ack(opts AckOptions) (*Message, error) {
 	code := opts.Code
 	if code == "" {
@@ -85,7 +101,17 @@ func (m *Message) Ack(opts AckOptions) (*Message, error) {
 	if !h.Is("MSH") {
 		return nil, ErrNotAMessage
 	}
-	d := m.d
+	in := m.d
+	d := in // the acknowledgement's delimiters
+	if in.Escape == 0 {
+		d = DefaultDelimiters
+	}
+	copyField := func(b, raw []byte) []byte {
+		if d == in {
+			return append(b, raw...)
+		}
+		return appendRecoded(b, raw, in, d)
+	}
 	now := time.Now
 	if opts.Now != nil {
 		now = opts.Now
@@ -102,37 +128,42 @@ func (m *Message) Ack(opts AckOptions) (*Message, error) {
 	b := make([]byte, 0, 256)
 	b = append(b, "MSH"...)
 	b = append(b, fs)
-	b = append(b, h.Field(2).Raw()...)
+	if d == in {
+		b = append(b, h.Field(2).Raw()...)
+	} else {
+		b = append(b, d.Component, d.Repetition, d.Escape, d.Subcomponent)
+	}
 	for _, f := range [...]int{5, 6, 3, 4} {
 		b = append(b, fs)
-		b = append(b, h.Field(f).Raw()...)
+		b = copyField(b, h.Field(f).Raw())
 	}
 	b = append(b, fs)
-	b = now().AppendFormat(b, "20060102150405-0700")
+	var ts [32]byte
+	b = AppendEscaped(b, now().AppendFormat(ts[:0], "20060102150405-0700"), d) // '+' or '-' may be a delimiter
 	b = append(b, fs, fs)
 	b = append(b, "ACK"...)
-	if trig := h.Field(9).Component(2).Raw(); len(trig) > 0 && d.Component != 0 {
+	if trig := h.Field(9).Component(2).Raw(); len(trig) > 0 {
 		b = append(b, d.Component)
-		b = append(b, trig...)
+		b = copyField(b, trig)
 		b = append(b, d.Component)
 		b = append(b, "ACK"...)
 	}
 	b = append(b, fs)
-	b = AppendEscaped(b, []byte(ctl), d)
+	b = appendText(b, ctl, d)
 	b = append(b, fs)
-	b = append(b, h.Field(11).Raw()...)
+	b = copyField(b, h.Field(11).Raw())
 	b = append(b, fs)
-	b = append(b, h.Field(12).Raw()...)
+	b = copyField(b, h.Field(12).Raw())
 	b = append(b, '\r')
 
 	b = append(b, "MSA"...)
 	b = append(b, fs)
 	b = append(b, code...)
 	b = append(b, fs)
-	b = append(b, h.Field(10).Raw()...)
+	b = copyField(b, h.Field(10).Raw())
 	if opts.Text != "" {
 		b = append(b, fs)
-		b = AppendEscaped(b, []byte(opts.Text), d)
+		b = appendText(b, opts.Text, d)
 	}
 	b = append(b, '\r')
 
@@ -140,6 +171,38 @@ func (m *Message) Ack(opts AckOptions) (*Message, error) {
 		b = appendERR(b, e, d)
 	}
 	return Parse(b)
+}
+
+// appendText appends s escaped with d (which has an escape character). The
+// text "" would read as the HL7 null, so its first quote is escaped.
+func appendText(b []byte, s string, d Delimiters) []byte {
+	if s == `""` {
+		return append(b, d.Escape, 'X', '2', '2', d.Escape, '"')
+	}
+	return AppendEscaped(b, []byte(s), d)
+}
+
+// appendRecoded appends raw, an element written with the delimiters from
+// (which have no escape character, so raw holds no escape sequence), as
+// written with to: from's repetition, component and subcomponent
+// separators become to's, and any other character that is a delimiter of
+// to, or CR or LF, is escaped.
+func appendRecoded(b, raw []byte, from, to Delimiters) []byte {
+	for i, c := range raw {
+		switch {
+		case c == 0:
+			b = append(b, c)
+		case c == from.Repetition:
+			b = append(b, to.Repetition)
+		case c == from.Component:
+			b = append(b, to.Component)
+		case c == from.Subcomponent:
+			b = append(b, to.Subcomponent)
+		default:
+			b = AppendEscaped(b, raw[i:i+1], to)
+		}
+	}
+	return b
 }
 
 func appendERR(b []byte, e *AckError, d Delimiters) []byte {
@@ -159,7 +222,7 @@ func appendERR(b []byte, e *AckError, d Delimiters) []byte {
 	b = append(b, "ERR"...)
 	b = append(b, fs, fs)
 	if e.Segment != "" {
-		b = AppendEscaped(b, []byte(e.Segment), d)
+		b = appendText(b, e.Segment, d)
 		b = append(b, cs)
 		if e.Sequence > 0 {
 			b = strconv.AppendInt(b, int64(e.Sequence), 10)
@@ -172,14 +235,14 @@ func appendERR(b []byte, e *AckError, d Delimiters) []byte {
 	b = append(b, fs)
 	b = strconv.AppendInt(b, int64(c), 10)
 	b = append(b, cs)
-	b = AppendEscaped(b, []byte(text), d)
+	b = appendText(b, text, d)
 	b = append(b, cs)
 	b = append(b, "HL70357"...)
 	b = append(b, fs)
-	b = AppendEscaped(b, []byte(sev), d)
+	b = appendText(b, sev, d)
 	if e.Diagnostic != "" {
 		b = append(b, fs, fs, fs)
-		b = AppendEscaped(b, []byte(e.Diagnostic), d)
+		b = appendText(b, e.Diagnostic, d)
 	}
 	return append(b, '\r')
 }

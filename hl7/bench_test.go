@@ -218,3 +218,33 @@ func BenchmarkParseLargeReuse(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkSetRepeated: n Sets on one segment, each adding a field (PID-1 ..
+// PID-n), on a freshly parsed message. An edit costs memory in proportion to
+// what it changes, so B/op and allocs/op grow linearly with n.
+func BenchmarkSetRepeated(b *testing.B) {
+	msg := []byte("MSH|^~\\&|A|B|C|D|20240101||ADT^A01|1|P|2.5\rPID|1\rPV1|1\r")
+	for _, n := range []int{100, 1000, 2000} {
+		paths := make([]Path, n)
+		for i := range paths {
+			var err error
+			if paths[i], err = ParsePath(fmt.Sprintf("PID-%d", i+1)); err != nil {
+				b.Fatal(err)
+			}
+		}
+		b.Run(fmt.Sprintf("n=%d", n), func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				m, err := Parse(msg)
+				if err != nil {
+					b.Fatal(err)
+				}
+				for _, p := range paths {
+					if err := m.SetPath(p, "value"); err != nil {
+						b.Fatal(err)
+					}
+				}
+			}
+		})
+	}
+}

@@ -59,12 +59,21 @@
 //
 // An unedited message serialises byte-exact to its input (after framing and
 // BOM are stripped). [Message.Set] escapes a value and rebuilds only the
-// segment it touches; [Message.SetRaw], [Message.AppendSegment],
+// field it touches: an edited segment becomes a list of its fields, the
+// unchanged ones still referring to the input, so an edit costs memory in
+// proportion to the field it changes, never to the segment (a 1 MiB OBX-5
+// is not copied by an edit of OBX-3) and repeated edits of one segment
+// allocate linearly. [Message.SetRaw], [Message.AppendSegment],
 // [Message.InsertSegment] and [Message.RemoveSegment] edit structure.
 // [Escape] and [Unescape] convert between text and ER7 escape sequences.
 //
 // # Acknowledgements
 //
-// [Message.Ack] builds an AA/AE/AR (or CA/CE/CR) acknowledgement that uses the
-// input's own delimiters; see [AckOptions].
+// [Message.Ack] builds an AA/AE/AR (or CA/CE/CR) acknowledgement; see
+// [AckOptions]. It is always a well-formed message that carries its texts
+// exactly: it uses the input's own delimiters when the input declares an
+// escape character, and the standard ones (|^~\&) when it does not, since
+// without an escape character a text holding a delimiter cannot be written
+// (a diagnostic "a|b" or, with ',' as field separator, any text with a
+// comma, would be split into fields). See [Message.Ack] for the details.
 package hl7

@@ -20,15 +20,18 @@ type Delimiters struct {
 // DefaultDelimiters are the recommended HL7 delimiters |^~\&.
 var DefaultDelimiters = Delimiters{Field: '|', Component: '^', Repetition: '~', Escape: '\\', Subcomponent: '&'}
 
-// seg is one segment of the index. Offsets are into Message.data, or into
-// Message.ebuf when owned is set (an edited or added segment).
+// seg is one segment of the index. An unedited segment is a range of
+// Message.data with its field separators in Message.fpos. An edited or added
+// segment is a list of pieces instead (Message.edits[edit-1]): the segment
+// split at its field separators, each piece referring to data or to bytes of
+// its own, so that an edit replaces only the field it changes.
 type seg struct {
-	start, end uint32 // segment content, terminator excluded
+	start, end uint32 // unedited: segment content in data, terminator excluded
 	tstart     uint32 // terminator run (CR/LF and blank lines) in data: [tstart, tend)
 	tend       uint32
-	fi         int32 // index of the first separator in Message.fpos; -1 = not indexed yet
-	nf         int32 // number of field separators in the segment
-	owned      bool  // content lives in ebuf
+	fi         int32 // unedited: index of the first separator in Message.fpos; -1 = not indexed yet
+	nf         int32 // unedited: number of field separators in the segment
+	edit       int32 // edited or added: 1 + index of its pieces in Message.edits; 0 = unedited
 	newTerm    bool  // added segment: use the message's default terminator
 }
 
@@ -38,9 +41,10 @@ type Message struct {
 	data   []byte // message text as received, framing and BOM stripped
 	d      Delimiters
 	segs   []seg
-	fpos   []uint32 // field separator offsets of the indexed segments
-	ebuf   []byte   // owned bytes of edited segments
-	first  uint32   // offset of the first segment (after leading blank lines)
+	fpos   []uint32   // field separator offsets of the indexed segments
+	edits  [][][]byte // pieces of edited and added segments (see seg)
+	ebuf   []byte     // bytes of edited fields and added segments, append-only until Reset
+	first  uint32     // offset of the first segment (after leading blank lines)
 	edited bool
 }
 
@@ -65,6 +69,11 @@ func (m *Message) Reset() {
 	m.d = Delimiters{}
 	m.segs = m.segs[:0]
 	m.fpos = m.fpos[:0]
+	for i, ps := range m.edits { // keep the piece lists, drop what they referred to
+		clear(ps[:cap(ps)])
+		m.edits[i] = ps[:0]
+	}
+	m.edits = m.edits[:0]
 	m.ebuf = m.ebuf[:0]
 	m.first = 0
 	m.edited = false
@@ -315,28 +324,127 @@ func (m *Message) parse(data []byte, base int, orig []byte) error {
 	return nil
 }
 
-// indexFields records the field separator offsets of segment si (after an
-// edit; Parse indexes every segment).
+// indexFields records the field separator offsets of unedited segment si
+// (Parse indexes every segment; batch envelopes are indexed as they are
+// found).
 func (m *Message) indexFields(si int) {
 	s := &m.segs[si]
-	b := m.data
-	if s.owned {
-		b = m.ebuf
-	}
-	b = b[s.start:s.end]
 	fi := len(m.fpos)
-	m.fpos = appendSeps(m.fpos, b, m.d.Field)
+	m.fpos = appendSeps(m.fpos, m.data[s.start:s.end], m.d.Field)
 	s.fi = int32(fi)
 	s.nf = int32(len(m.fpos) - fi)
 }
 
-// segBytes returns the content of segment si.
+// numSeps returns the number of field separators of segment si.
+func (m *Message) numSeps(si int) int {
+	s := &m.segs[si]
+	if s.edit > 0 {
+		return len(m.edits[s.edit-1]) - 1
+	}
+	if s.fi < 0 {
+		m.indexFields(si)
+	}
+	return int(s.nf)
+}
+
+// piece returns the k-th part (0-based) of segment si split at its field
+// separators, k <= numSeps(si): piece 0 is the segment ID.
+func (m *Message) piece(si, k int) []byte {
+	s := &m.segs[si]
+	if s.edit > 0 {
+		return m.edits[s.edit-1][k]
+	}
+	if s.fi < 0 {
+		m.indexFields(si)
+	}
+	b := m.data[s.start:s.end]
+	nf := int(s.nf)
+	pos := m.fpos[s.fi : int(s.fi)+nf]
+	from, to := 0, len(b)
+	if k > 0 {
+		from = int(pos[k-1]) + 1
+	}
+	if k < nf {
+		to = int(pos[k])
+	}
+	return b[from:to]
+}
+
+// pieces returns the pieces of segment si for editing, splitting an
+// unedited segment first: the pieces refer to data, nothing is copied.
+func (m *Message) pieces(si int) [][]byte {
+	s := &m.segs[si]
+	if s.edit > 0 {
+		return m.edits[s.edit-1]
+	}
+	n := m.numSeps(si)
+	ps := m.newPieces(n + 1)
+	for k := 0; k <= n; k++ {
+		ps = append(ps, m.piece(si, k))
+	}
+	m.edits = append(m.edits, ps)
+	s.edit = int32(len(m.edits))
+	return ps
+}
+
+// newPieces returns an empty piece list with room for n, reusing one left by
+// Reset when there is one.
+func (m *Message) newPieces(n int) [][]byte {
+	if len(m.edits) < cap(m.edits) {
+		if ps := m.edits[:len(m.edits)+1][len(m.edits)]; cap(ps) >= n {
+			return ps[:0]
+		}
+	}
+	return make([][]byte, 0, n)
+}
+
+// segName returns the first three bytes of segment si, its ID.
+func (m *Message) segName(si int) []byte {
+	s := &m.segs[si]
+	if s.edit > 0 {
+		id := m.edits[s.edit-1][0]
+		return id[:min(3, len(id))]
+	}
+	return m.data[s.start:min(s.start+3, s.end)]
+}
+
+// segLen returns the length of segment si's content.
+func (m *Message) segLen(si int) int {
+	s := &m.segs[si]
+	if s.edit == 0 {
+		return int(s.end - s.start)
+	}
+	ps := m.edits[s.edit-1]
+	n := len(ps) - 1
+	for _, p := range ps {
+		n += len(p)
+	}
+	return n
+}
+
+// appendSeg appends the content of segment si to dst.
+func (m *Message) appendSeg(dst []byte, si int) []byte {
+	s := &m.segs[si]
+	if s.edit == 0 {
+		return append(dst, m.data[s.start:s.end]...)
+	}
+	for k, p := range m.edits[s.edit-1] {
+		if k > 0 {
+			dst = append(dst, m.d.Field)
+		}
+		dst = append(dst, p...)
+	}
+	return dst
+}
+
+// segBytes returns the content of segment si: a part of data when it is
+// unedited, else a new copy.
 func (m *Message) segBytes(si int) []byte {
 	s := &m.segs[si]
-	if s.owned {
-		return m.ebuf[s.start:s.end]
+	if s.edit == 0 {
+		return m.data[s.start:s.end]
 	}
-	return m.data[s.start:s.end]
+	return m.appendSeg(make([]byte, 0, m.segLen(si)), si)
 }
 
 // Delimiters returns the message's delimiters.

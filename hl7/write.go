@@ -27,7 +27,7 @@ func (m *Message) size() int {
 	n := int(m.first)
 	for i := range m.segs {
 		s := &m.segs[i]
-		n += int(s.end-s.start) + int(s.tend-s.tstart) + 2
+		n += m.segLen(i) + int(s.tend-s.tstart) + 2
 	}
 	return n
 }
@@ -61,7 +61,7 @@ func (m *Message) AppendTo(dst []byte) []byte {
 	for i := range m.segs {
 		s := &m.segs[i]
 		needTerm := s.newTerm || (s.tstart == s.tend && i < last)
-		if !s.owned && !needTerm {
+		if s.edit == 0 && !needTerm {
 			if runE > runS && int(s.start) == runE {
 				runE = int(s.tend)
 				continue
@@ -72,7 +72,7 @@ func (m *Message) AppendTo(dst []byte) []byte {
 		}
 		dst = append(dst, m.data[runS:runE]...)
 		runS, runE = 0, 0
-		dst = append(dst, m.segBytes(i)...)
+		dst = m.appendSeg(dst, i)
 		if needTerm {
 			if term == "" {
 				term = m.defaultTerm()
@@ -86,7 +86,7 @@ func (m *Message) AppendTo(dst []byte) []byte {
 }
 
 // Set stores value, escaped, at path. Missing fields, repetitions and
-// components are added; the segment must exist. Only the segment concerned
+// components are added; the segment must exist. Only the field concerned
 // is rebuilt. MSH-1 and MSH-2 cannot be set. Setting the text `""` stores
 // the HL7 null; setting "" empties the element.
 func (m *Message) Set(path, value string) error {
@@ -135,6 +135,10 @@ func (m *Message) SetRaw(path, raw string) error {
 	return m.set(p, raw, false)
 }
 
+// set replaces the element at p. Only the field concerned is rebuilt, at
+// the end of ebuf: an edit costs memory in proportion to the field it
+// changes, whatever the size of the segment, since the other fields keep
+// referring to the input.
 func (m *Message) set(p Path, value string, escape bool) error {
 	if p.Field < 1 {
 		return ErrBadPath
@@ -143,9 +147,8 @@ func (m *Message) set(p Path, value string, escape bool) error {
 	if !seg.Exists() {
 		return ErrNoSegment
 	}
-	b := m.segBytes(seg.i)
 	k := p.Field
-	if isHeaderName(b) {
+	if seg.header() {
 		if p.Field <= 2 {
 			return ErrReadOnly
 		}
@@ -155,30 +158,34 @@ func (m *Message) set(p Path, value string, escape bool) error {
 	if rep == 0 && p.Component > 0 {
 		rep = 1
 	}
-	seps := [4]byte{m.d.Field, m.d.Repetition, m.d.Component, m.d.Subcomponent}
-	idxs := [4]int{k + 1, rep, p.Component, p.Subcomponent}
+	seps := [3]byte{m.d.Repetition, m.d.Component, m.d.Subcomponent}
+	idxs := [3]int{rep, p.Component, p.Subcomponent}
+	for l, idx := range idxs {
+		if idx > 1 && seps[l] == 0 {
+			return ErrNoDelimiter
+		}
+	}
 
-	// Find the range [a, e) to replace, and the padding needed when the
-	// target does not exist yet.
-	a, e := 0, len(b)
+	ps := m.pieces(seg.i)
+	var field []byte
+	if k < len(ps) {
+		field = ps[k]
+	}
+	// Find the range [a, e) of field to replace, and the padding needed
+	// when the target does not exist yet.
+	a, e := 0, len(field)
 	missingAt, have := -1, 0
-	for l := 0; l < 4; l++ {
+	for l := 0; l < 3; l++ {
 		idx := idxs[l]
 		if idx == 0 {
 			break
 		}
 		sep := seps[l]
-		if sep == 0 {
-			if idx > 1 {
-				return ErrNoDelimiter
-			}
-			continue
-		}
-		if missingAt >= 0 {
+		if sep == 0 || missingAt >= 0 {
 			continue
 		}
 		for i := 1; i < idx; i++ {
-			j := bytes.IndexByte(b[a:e], sep)
+			j := bytes.IndexByte(field[a:e], sep)
 			if j < 0 {
 				missingAt, have = l, i
 				a = e
@@ -187,35 +194,39 @@ func (m *Message) set(p Path, value string, escape bool) error {
 			a += j + 1
 		}
 		if missingAt < 0 {
-			if j := bytes.IndexByte(b[a:e], sep); j >= 0 {
+			if j := bytes.IndexByte(field[a:e], sep); j >= 0 {
 				e = a + j
 			}
 		}
 	}
 
+	// The new field goes to the end of ebuf; field may be an earlier part
+	// of ebuf, which appending never overwrites.
 	off := len(m.ebuf)
-	eb := append(m.ebuf, b[:a]...)
+	nb := append(m.ebuf, field[:a]...)
 	if missingAt >= 0 {
-		for l := missingAt; l < 4 && idxs[l] > 0; l++ {
+		for l := missingAt; l < 3 && idxs[l] > 0; l++ {
 			n := idxs[l] - 1
 			if l == missingAt {
 				n = idxs[l] - have
 			}
 			for ; n > 0; n-- {
-				eb = append(eb, seps[l])
+				nb = append(nb, seps[l])
 			}
 		}
 	}
 	if escape {
-		eb = AppendEscaped(eb, []byte(value), m.d)
+		nb = AppendEscaped(nb, []byte(value), m.d)
 	} else {
-		eb = append(eb, value...)
+		nb = append(nb, value...)
 	}
-	eb = append(eb, b[e:]...)
-	m.ebuf = eb
-	s := &m.segs[seg.i]
-	s.start, s.end, s.owned, s.fi, s.nf = uint32(off), uint32(len(eb)), true, -1, 0
-	m.indexFields(seg.i)
+	nb = append(nb, field[e:]...)
+	m.ebuf = nb
+	for len(ps) <= k {
+		ps = append(ps, nil) // the missing fields, empty
+	}
+	ps[k] = nb[off:len(nb):len(nb)]
+	m.edits[m.segs[seg.i].edit-1] = ps
 	m.edited = true
 	return nil
 }
@@ -253,10 +264,21 @@ func (m *Message) InsertSegment(i int, raw string) error {
 	}
 	off := len(m.ebuf)
 	m.ebuf = append(m.ebuf, raw...)
+	b := m.ebuf[off:len(m.ebuf):len(m.ebuf)]
+	ps := m.newPieces(bytes.Count(b, []byte{m.d.Field}) + 1)
+	for {
+		j := bytes.IndexByte(b, m.d.Field)
+		if j < 0 {
+			break
+		}
+		ps = append(ps, b[:j:j])
+		b = b[j+1:]
+	}
+	ps = append(ps, b)
+	m.edits = append(m.edits, ps)
 	m.segs = append(m.segs, seg{})
 	copy(m.segs[i+1:], m.segs[i:])
-	m.segs[i] = seg{start: uint32(off), end: uint32(len(m.ebuf)), fi: -1, owned: true, newTerm: true}
-	m.indexFields(i)
+	m.segs[i] = seg{fi: -1, edit: int32(len(m.edits)), newTerm: true}
 	m.edited = true
 	return nil
 }
@@ -265,6 +287,9 @@ func (m *Message) InsertSegment(i int, raw string) error {
 func (m *Message) RemoveSegment(i int) error {
 	if i < 1 || i >= len(m.segs) {
 		return ErrOutOfRange
+	}
+	if e := m.segs[i].edit; e > 0 {
+		m.edits[e-1] = nil // its fields are no longer referred to
 	}
 	m.segs = append(m.segs[:i], m.segs[i+1:]...)
 	m.edited = true
