@@ -14,7 +14,8 @@ import (
 	"github.com/sandbot/sandbot/store"
 )
 
-// Password rules shared with the set-password endpoint.
+// Password rules, for the invite's password and the set-password endpoint
+// (internal/auth) alike.
 const (
 	MinPasswordLength = 8
 	// MaxPasswordBytes is bcrypt's input limit.

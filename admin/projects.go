@@ -13,8 +13,8 @@ import (
 // CreateProject stores a Project (super admins only). A project belongs to
 // itself: its id is its meta.project.
 func (s *Service) CreateProject(ctx context.Context, c Caller, project fhir.Resource) (*store.Record, error) {
-	if !c.SuperAdmin {
-		return nil, fhir.Errorf(fhir.EForbidden, "Forbidden: only super admins create projects through this endpoint")
+	if err := c.MayCreateProject(); err != nil {
+		return nil, err
 	}
 	if project.Type() != "Project" {
 		return nil, fhir.Invalid("Incorrect resource type: expected Project, but found "+project.Type(), "resourceType")
@@ -34,8 +34,8 @@ func (s *Service) CreateProject(ctx context.Context, c Caller, project fhir.Reso
 // membership, and the owner's Practitioner with an admin membership, in one
 // transaction. A ClientApplication caller must be super admin.
 func (s *Service) InitProject(ctx context.Context, c Caller, name, ownerRef string) (*store.Record, error) {
-	if !c.IsUser() && !c.SuperAdmin {
-		return nil, fhir.Errorf(fhir.EForbidden, "Forbidden: only users and super admins may create projects")
+	if err := c.MayInitProject(); err != nil {
+		return nil, err
 	}
 	if strings.TrimSpace(name) == "" {
 		return nil, fhir.Invalid("Expected required input parameter 'name'", "Parameters.parameter")

@@ -32,6 +32,34 @@ func (c Caller) IsUser() bool { return strings.HasPrefix(c.User, "User/") }
 
 func (c Caller) author() fhir.Reference { return fhir.Reference{Reference: c.Profile} }
 
+// MayCreateProject is the rule of POST /admin/Project: super admins only
+// (docs/decisions.md 1).
+func (c Caller) MayCreateProject() error {
+	if !c.SuperAdmin {
+		return fhir.Errorf(fhir.EForbidden, "Forbidden: only super admins create projects through this endpoint")
+	}
+	return nil
+}
+
+// MayInitProject is the rule of Project/$init: any User, and super admins
+// (docs/decisions.md 2).
+func (c Caller) MayInitProject() error {
+	if !c.IsUser() && !c.SuperAdmin {
+		return fhir.Errorf(fhir.EForbidden, "Forbidden: only users and super admins may create projects")
+	}
+	return nil
+}
+
+// MayAdminister is the rule of every /admin/projects/:id route: project
+// admins and super admins (which project is checked by each use-case,
+// docs/decisions.md 2).
+func (c Caller) MayAdminister() error {
+	if !c.Admin {
+		return fhir.ErrForbidden
+	}
+	return nil
+}
+
 // Service runs the administrative use-cases.
 type Service struct {
 	Store store.Store
@@ -72,8 +100,8 @@ var system = fhir.Reference{Reference: "system"}
 // projectFor checks that the caller administers project id and returns it:
 // project admins only their own project (403 otherwise), super admins any.
 func (s *Service) projectFor(ctx context.Context, c Caller, id string) (*store.Record, fhir.Resource, error) {
-	if !c.Admin {
-		return nil, nil, fhir.ErrForbidden
+	if err := c.MayAdminister(); err != nil {
+		return nil, nil, err
 	}
 	if !c.SuperAdmin && id != c.ProjectID {
 		return nil, nil, fhir.Errorf(fhir.EForbidden, "Forbidden: project admins administer only their own project")
@@ -96,7 +124,8 @@ func randomToken(n int) string {
 	return base64.RawURLEncoding.EncodeToString(b)
 }
 
-// HashSecret is how one-time secrets (set-password links) are stored.
+// HashSecret is how secrets that are presented once are stored: set-password
+// links here, login codes and refresh tokens in internal/auth.
 func HashSecret(secret string) string {
 	sum := sha256.Sum256([]byte(secret))
 	return hex.EncodeToString(sum[:])

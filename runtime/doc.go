@@ -11,6 +11,10 @@
 // it in memory under the SHA-256 of its bytes and in wazero's on-disk
 // compilation cache, and runs every execution in a fresh anonymous instance
 // ([Runtime.Execute]) under a deadline and memory, output and log limits.
-// The package knows nothing of HTTP, storage or FHIR: the FHIR import is a
-// callback supplied per execution. See RATIONALE.md for the design choices.
+// The package knows nothing of HTTP or storage. Of FHIR and HL7 it knows
+// only what the ABI's input mapping needs ([Input]: an application/fhir+json
+// input is an object with a resourceType; an HL7 input must parse with
+// package hl7); a bot's FHIR calls go to a callback supplied per execution
+// ([Execution].FHIR). Its limits come from package limits ([Config].Limits).
+// See RATIONALE.md for the design choices.
 package runtime

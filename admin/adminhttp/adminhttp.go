@@ -1,7 +1,11 @@
 // Package adminhttp is the HTTP layer of the admin use-cases: /admin/Project,
-// /admin/projects/:id/... and FHIR Project/$init. It decodes requests, turns
-// the authenticated principal into an admin.Caller and writes answers; every
-// rule lives in package admin.
+// /admin/projects/:id/... and FHIR Project/$init. It decodes requests (JSON
+// bodies within limits.Limits.JSONBodyBytes, Project/$init's Parameters),
+// turns the authenticated principal into an admin.Caller and writes answers.
+// Who may do what is decided by package admin: the use-cases check it, and
+// this layer asks admin's own rules (admin.Caller's May* methods) before it
+// reads a body, so that a caller who may not act never has it read. Answers
+// never show a User's password hash or MFA secret.
 package adminhttp
 
 import (
@@ -74,8 +78,8 @@ func caller(r *http.Request) admin.Caller {
 
 func (h *Handler) requireAdmin(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if !caller(r).Admin {
-			h.fail(w, r, fhir.ErrForbidden)
+		if err := caller(r).MayAdminister(); err != nil {
+			h.fail(w, r, err)
 			return
 		}
 		next.ServeHTTP(w, r)
@@ -110,8 +114,8 @@ func (h *Handler) writeRecord(w http.ResponseWriter, status int, rec *store.Reco
 }
 
 func (h *Handler) createProject(w http.ResponseWriter, r *http.Request) {
-	if !caller(r).SuperAdmin {
-		h.fail(w, r, fhir.Errorf(fhir.EForbidden, "Forbidden: only super admins create projects through this endpoint"))
+	if err := caller(r).MayCreateProject(); err != nil {
+		h.fail(w, r, err)
 		return
 	}
 	b, err := h.body(r)
@@ -134,8 +138,8 @@ func (h *Handler) createProject(w http.ResponseWriter, r *http.Request) {
 
 func (h *Handler) initProject(w http.ResponseWriter, r *http.Request) {
 	c := caller(r)
-	if !c.IsUser() && !c.SuperAdmin {
-		h.fail(w, r, fhir.Errorf(fhir.EForbidden, "Forbidden: only users and super admins may create projects"))
+	if err := c.MayInitProject(); err != nil {
+		h.fail(w, r, err)
 		return
 	}
 	m, err := h.object(r)

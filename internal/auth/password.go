@@ -5,7 +5,6 @@ import (
 	"crypto/sha256"
 	"crypto/subtle"
 	"encoding/base64"
-	"encoding/hex"
 	"net/http"
 	"net/url"
 	"strings"
@@ -15,6 +14,7 @@ import (
 	"github.com/gorilla/mux"
 	"golang.org/x/crypto/bcrypt"
 
+	"github.com/sandbot/sandbot/admin"
 	"github.com/sandbot/sandbot/fhir"
 	"github.com/sandbot/sandbot/internal/httpx"
 	"github.com/sandbot/sandbot/store"
@@ -57,13 +57,8 @@ func compareDummy(pw string) {
 	bcrypt.CompareHashAndPassword(dummyHash, []byte(pw))
 }
 
-func hashSecret(s string) string {
-	sum := sha256.Sum256([]byte(s))
-	return hex.EncodeToString(sum[:])
-}
-
 func secretEqual(stored, presented string) bool {
-	h := hashSecret(presented)
+	h := admin.HashSecret(presented)
 	return stored != "" && subtle.ConstantTimeCompare([]byte(stored), []byte(h)) == 1
 }
 
@@ -204,7 +199,7 @@ func (a *Authenticator) handleLogin(w http.ResponseWriter, r *http.Request) {
 	if len(memberships) == 1 {
 		code = newSecret()
 		login["membership"] = map[string]any{"reference": "ProjectMembership/" + memberships[0].ID()}
-		login["code"] = hashSecret(code)
+		login["code"] = admin.HashSecret(code)
 		login["codeIssued"] = time.Now().UTC().Format(fhir.TimeFormat)
 	}
 	rec, err := a.store.Create(ctx, login, store.Write{Project: urec.Project, Author: fhir.Reference{Reference: "system"}})
@@ -262,7 +257,7 @@ func (a *Authenticator) handleProfile(w http.ResponseWriter, r *http.Request) {
 			return nil, fhir.Invalid("Profile not found", "profile")
 		}
 		l["membership"] = map[string]any{"reference": "ProjectMembership/" + mid}
-		l["code"] = hashSecret(code)
+		l["code"] = admin.HashSecret(code)
 		l["codeIssued"] = time.Now().UTC().Format(fhir.TimeFormat)
 		return l, nil
 	})
@@ -321,7 +316,7 @@ func (a *Authenticator) authorizationCode(w http.ResponseWriter, r *http.Request
 		}
 		l["granted"] = true
 		delete(l, "code")
-		l["refreshSecret"] = hashSecret(refresh)
+		l["refreshSecret"] = admin.HashSecret(refresh)
 		return l, nil
 	})
 	a.finishGrant(w, r, rec, refresh, err, grantErr, "Invalid code")
@@ -351,7 +346,7 @@ func (a *Authenticator) refreshToken(w http.ResponseWriter, r *http.Request, for
 		if grantErr != "" {
 			return nil, fhir.Invalid(grantErr)
 		}
-		l["refreshSecret"] = hashSecret(refresh)
+		l["refreshSecret"] = admin.HashSecret(refresh)
 		return l, nil
 	})
 	a.finishGrant(w, r, rec, refresh, err, grantErr, "Invalid token")
@@ -415,19 +410,15 @@ func (a *Authenticator) handleSetPassword(w http.ResponseWriter, r *http.Request
 	}
 	id, secret := str(body, "id"), str(body, "secret")
 	password, _ := body["password"].(string)
-	if len(password) < 8 {
-		httpx.WriteError(w, r, a.log, fhir.Invalid("Password must be at least 8 characters", "password"))
-		return
-	}
-	if len(password) > 72 {
-		httpx.WriteError(w, r, a.log, fhir.Invalid("Password must be no more than 72 characters", "password"))
+	if err := admin.CheckPassword(password); err != nil {
+		httpx.WriteError(w, r, a.log, err)
 		return
 	}
 	if !fhir.ValidID(id) || secret == "" {
 		httpx.WriteError(w, r, a.log, fhir.Invalid("Invalid request", "id"))
 		return
 	}
-	hash, err := bcrypt.GenerateFromPassword([]byte(password), bcrypt.DefaultCost)
+	hash, err := admin.HashPassword(password)
 	if err != nil {
 		httpx.WriteError(w, r, a.log, err)
 		return
@@ -453,7 +444,7 @@ func (a *Authenticator) handleSetPassword(w http.ResponseWriter, r *http.Request
 		}
 		_, uid, _ := fhir.SplitReference(userRef)
 		_, err = tx.Update(ctx, store.AllProjects, "User", uid, store.Write{Author: fhir.Reference{Reference: "system"}}, func(u fhir.Resource) (fhir.Resource, error) {
-			u["passwordHash"] = string(hash)
+			u["passwordHash"] = hash
 			return u, nil
 		})
 		return err
