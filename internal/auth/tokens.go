@@ -2,7 +2,10 @@
 // access tokens (ES256, signed with a key kept in the store so that restarts
 // and replicas agree), accepts Bearer and Basic credentials on every API
 // route, resolves them to a Principal (login, membership, project), and
-// serves /oauth2/token, /auth/me and the JWKS.
+// serves /oauth2/token (client credentials, authorization code with PKCE,
+// refresh token), the password login (/auth/login, /auth/profile),
+// /auth/setpassword, /auth/me and the JWKS. Bodies are bounded by
+// limits.Limits.AuthBodyBytes.
 package auth
 
 import (

@@ -1,7 +1,8 @@
 // Package sqlstore is the one SQL implementation of store.Store, over sqlx,
 // for PostgreSQL (lib/pq) and SQLite (modernc.org/sqlite, pure Go). The two
-// dialects share every query; they differ only in their migrations and in how
-// a connection is opened and locked.
+// dialects share every query; they differ in their migrations, in how a
+// connection is opened, tuned and locked, and in the read cache that only
+// SQLite has (store/RATIONALE.md).
 package sqlstore
 
 import (
