@@ -6,6 +6,12 @@ package store
 
 import (
 	"context"
+	"database/sql"
+	"database/sql/driver"
+	"errors"
+	"net"
+	"strings"
+	"syscall"
 	"time"
 
 	"github.com/sandbot/sandbot/fhir"
@@ -121,10 +127,72 @@ type Store interface {
 	// create when there is none yet. Concurrent callers (replicas) all get the
 	// value that won.
 	KeyValue(ctx context.Context, name string, create func() (string, error)) (string, error)
+	// Subscribe calls fn with the changes (ChangeTypes) that any process on
+	// the database commits, until stop is called: those of this process as
+	// soon as they commit, before the writing call returns, and those of
+	// other processes moments later. A change may come more than once, and
+	// a Change with an empty ResourceType means that changes may have been
+	// missed (drop everything). fn must be quick: it runs on the goroutine
+	// that delivers the changes.
+	Subscribe(fn func([]Change)) (stop func())
+	// CountHit adds one to the counter named key in the window beginning at
+	// window and returns the new count. Every process on the database shares
+	// the counters (the auth rate limit holds across replicas); a window's
+	// counter is forgotten keep after it began.
+	CountHit(ctx context.Context, key string, window time.Time, keep time.Duration) (int64, error)
 	// Ping checks that the store answers.
 	Ping(ctx context.Context) error
 	// Close releases the store.
 	Close() error
+}
+
+// Change is a committed update or deletion of a resource of one of the
+// ChangeTypes, as Subscribe delivers it.
+type Change struct {
+	// Seq orders the changes of one database (commit order).
+	Seq          int64
+	ResourceType string
+	ID           string
+	Project      string
+}
+
+// ChangeTypes are the resource types whose updates and deletions every
+// process on the database hears about (Store.Subscribe), because servers keep
+// what they derive from them: principals from logins, memberships, access
+// policies, projects (with their secrets) and clients; bots' compiled code.
+// A resource of another type changes without a word. Creations are never
+// announced: nothing can have been derived from a resource before it existed.
+var ChangeTypes = map[string]bool{
+	"Login":             true,
+	"ProjectMembership": true,
+	"AccessPolicy":      true,
+	"Project":           true,
+	"ClientApplication": true,
+	"Bot":               true,
+}
+
+// IsUnavailable reports whether err says that the database could not be
+// reached or went away (refused or reset connection, a server shutting down,
+// starting up or out of connections): the request may succeed if retried
+// later, so it is a 503, not a 500.
+func IsUnavailable(err error) bool {
+	if err == nil {
+		return false
+	}
+	if errors.Is(err, driver.ErrBadConn) || errors.Is(err, sql.ErrConnDone) ||
+		errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE) {
+		return true
+	}
+	var state interface{ SQLState() string }
+	if errors.As(err, &state) {
+		code := state.SQLState()
+		// 08: connection exception; 57P01-03: admin shutdown, crash
+		// shutdown, cannot connect now; 53300: too many connections.
+		return strings.HasPrefix(code, "08") || code == "57P01" || code == "57P02" || code == "57P03" || code == "53300"
+	}
+	var op *net.OpError
+	var dns *net.DNSError
+	return errors.As(err, &op) || errors.As(err, &dns)
 }
 
 // SearchResources runs a search given as a query string ("name=x&_count=5")

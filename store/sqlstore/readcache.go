@@ -47,12 +47,17 @@ const readCacheBytes = 64 << 20
 // newReadCache fails when the counters cannot be shared: then there is no
 // cache, rather than one that could go stale.
 func newReadCache(counterPath string) (*readCache, error) {
-	counters, release, err := mapCounters(counterPath, readCacheSlots)
+	counters, release, err := mapCounters(counterPath, readCacheSlots+1)
 	if err != nil {
 		return nil, err
 	}
 	return &readCache{rows: map[string]cachedRow{}, maxBytes: readCacheBytes, counters: counters, release: release}, nil
 }
+
+// changeCounter is the counter after the slots: every process increments it
+// after committing changes of store.ChangeTypes, and the change feed reads
+// the changes table only when it moved (changes.go).
+func (c *readCache) changeCounter() *uint64 { return &c.counters[readCacheSlots] }
 
 func (c *readCache) slot(id string) *uint64 {
 	h := uint64(14695981039346656037) // FNV-1a

@@ -95,7 +95,7 @@ func (s *Store) write(ctx context.Context, res fhir.Resource, id, project string
 			return nil, fhir.Errorf(fhir.EConflict, "Resource %s/%s already exists", r.ResourceType, r.ID)
 		}
 	} else {
-		if err = s.archiveCurrent(ctx, id); err != nil {
+		if err = s.archiveCurrent(ctx, res.Type(), id, project); err != nil {
 			return nil, err
 		}
 		_, err = s.q.ExecContext(ctx, s.rebind(`UPDATE resources SET version_id = ?, last_updated = ?, deleted = ?, content = ? WHERE id = ?`),
@@ -115,9 +115,9 @@ func (s *Store) write(ctx context.Context, res fhir.Resource, id, project string
 // before it is replaced. The current version lives only in resources, so a
 // create writes its JSON once; history holds the versions since superseded,
 // and reads of history take the union of both tables (historyRowsSQL).
-func (s *Store) archiveCurrent(ctx context.Context, id string) error {
-	if s.touched != nil { // always, in a transaction; the cache hears of it at commit
-		*s.touched = append(*s.touched, id)
+func (s *Store) archiveCurrent(ctx context.Context, resourceType, id, project string) error {
+	if s.touched != nil { // always, in a transaction; the cache and the change feed hear of it at commit
+		*s.touched = append(*s.touched, store.Change{ResourceType: resourceType, ID: id, Project: project})
 	}
 	_, err := s.q.ExecContext(ctx, s.rebind(`INSERT INTO resource_history (`+rowColumns+`) SELECT `+rowColumns+` FROM resources WHERE id = ?`), id)
 	if err != nil {
@@ -409,7 +409,7 @@ func (s *Store) Delete(ctx context.Context, scope store.Scope, resourceType, id 
 			return fhir.Errorf(fhir.EPrecondition, "Version mismatch: current version is %s", r.VersionID)
 		}
 		now := tx.now().UTC().Truncate(time.Microsecond)
-		if err := tx.archiveCurrent(ctx, id); err != nil {
+		if err := tx.archiveCurrent(ctx, resourceType, id, r.ProjectID); err != nil {
 			return err
 		}
 		// The deletion is the current version: a row without content.

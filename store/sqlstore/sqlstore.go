@@ -16,6 +16,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jmoiron/sqlx"
@@ -48,9 +49,13 @@ type Store struct {
 	now      func() time.Time
 	// cache serves repeated reads of SQLite rows (nil for PostgreSQL).
 	cache *readCache
-	// touched collects, in a transaction, the ids of the resources it
-	// updates or deletes, for the cache after the commit.
-	touched *[]string
+	// touched collects, in a transaction, the resources it updates or
+	// deletes: for the change feed before the commit, for the cache after.
+	touched *[]store.Change
+	// feed announces changes to every process on the database (changes.go).
+	feed *changeFeed
+	// rateSwept is when CountHit last deleted ended windows (unix seconds).
+	rateSwept *atomic.Int64
 	// stopOptimizer ends the SQLite statistics loop (nil for PostgreSQL).
 	stopOptimizer func()
 }
@@ -91,6 +96,12 @@ type Options struct {
 	Migrate bool
 	// MaxOpenConns caps the pool (0: 20 for PostgreSQL).
 	MaxOpenConns int
+	// ChangePollInterval is how often the change feed reads the changes
+	// table whatever it heard (0: every second on PostgreSQL, where it also
+	// listens for notifications; every 250 ms on SQLite without shared
+	// counters). It bounds how late a change whose notification was lost
+	// is seen.
+	ChangePollInterval time.Duration
 }
 
 // DialectOf tells which dialect a database URL selects: a postgres:// or
@@ -158,7 +169,8 @@ func Open(ctx context.Context, databaseURL string, opts Options) (*Store, error)
 		db.SetMaxOpenConns(16)
 		db.SetMaxIdleConns(16)
 	}
-	s := &Store{db: db, dialect: dialect, q: db, log: log, now: time.Now, prepared: &preparedStmts{}}
+	s := &Store{db: db, dialect: dialect, q: db, log: log, now: time.Now, prepared: &preparedStmts{}, rateSwept: new(atomic.Int64)}
+	s.feed = &changeFeed{store: s, url: databaseURL, poll: opts.ChangePollInterval, log: log}
 	pingCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	if err := db.PingContext(pingCtx); err != nil {
@@ -175,6 +187,8 @@ func Open(ctx context.Context, databaseURL string, opts Options) (*Store, error)
 		if !strings.HasPrefix(databaseURL, ":") && !strings.Contains(databaseURL, "mode=memory") {
 			if s.cache, err = newReadCache(databaseURL + "-versions"); err != nil {
 				log.Warn("sqlite read cache off: its version counters cannot be shared", "err", err)
+			} else {
+				s.feed.counter = s.cache.changeCounter()
 			}
 		}
 		stop := make(chan struct{})
@@ -237,6 +251,7 @@ func (s *Store) Ping(ctx context.Context) error { return s.db.PingContext(ctx) }
 
 // Close closes the pool.
 func (s *Store) Close() error {
+	s.feed.close()
 	if s.stopOptimizer != nil {
 		s.stopOptimizer()
 	}
@@ -267,17 +282,28 @@ func (s *Store) InTx(ctx context.Context, fn func(tx store.Store) error) error {
 	}
 	child := *s
 	child.q, child.tx = tx, tx
-	child.touched = new([]string)
+	child.touched = new([]store.Change)
 	if err := fn(&child); err != nil {
+		tx.Rollback()
+		return err
+	}
+	touched := *child.touched
+	changes, err := child.recordChanges(ctx, touched)
+	if err != nil {
 		tx.Rollback()
 		return err
 	}
 	if err := tx.Commit(); err != nil {
 		return fmt.Errorf("commit: %w", err)
 	}
-	if s.cache != nil && len(*child.touched) > 0 {
-		s.cache.invalidate(*child.touched)
+	if s.cache != nil && len(touched) > 0 {
+		ids := make([]string, len(touched))
+		for i, c := range touched {
+			ids[i] = c.ID
+		}
+		s.cache.invalidate(ids)
 	}
+	s.feed.committed(changes)
 	return nil
 }
 

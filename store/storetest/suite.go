@@ -38,6 +38,8 @@ func Run(t *testing.T, newStore func(t *testing.T) store.Store) {
 		{"LockSerialisesCheckThenCreate", testLock},
 		{"CreateManyIsOneWrite", testCreateMany},
 		{"AnyOfGroups", testAnyOf},
+		{"ChangesAnnouncedAtCommit", testChanges},
+		{"CountHitIsShared", testCountHit},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) { tc.fn(t, newStore(t)) })
@@ -561,4 +563,130 @@ func testAnyOf(t *testing.T, s store.Store) {
 	want(run("active=true", group("gender=female"), group("gender=male&active=false")), a.ID)
 	// A group without filters lets everything through.
 	want(run("", group("gender=female"), nil), a.ID, b.ID, c.ID)
+}
+
+// changeLog collects what a subscription delivers.
+type changeLog struct {
+	mu  sync.Mutex
+	got []store.Change
+}
+
+func (l *changeLog) add(cs []store.Change) {
+	l.mu.Lock()
+	l.got = append(l.got, cs...)
+	l.mu.Unlock()
+}
+
+// has reports whether a change of typ/id was delivered.
+func (l *changeLog) has(typ, id string) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, c := range l.got {
+		if c.ResourceType == typ && c.ID == id {
+			return true
+		}
+	}
+	return false
+}
+
+func testChanges(t *testing.T, s store.Store) {
+	ctx := context.Background()
+	var log changeLog
+	stop := s.Subscribe(log.add)
+	defer stop()
+	bot := mustCreate(t, s, "p1", `{"resourceType":"Bot","name":"a"}`)
+	pat := mustCreate(t, s, "p1", `{"resourceType":"Patient"}`)
+	if log.has("Bot", bot.ID) {
+		t.Error("a creation was announced")
+	}
+	rename := func(c fhir.Resource) (fhir.Resource, error) { c["name"] = "b"; return c, nil }
+	if _, err := s.Update(ctx, store.AllProjects, "Bot", bot.ID, store.Write{}, rename); err != nil {
+		t.Fatal(err)
+	}
+	// Delivered to this process before the write returned.
+	if !log.has("Bot", bot.ID) {
+		t.Fatalf("update of a Bot not announced by the time Update returned: %+v", log.got)
+	}
+	log.mu.Lock()
+	c := log.got[0]
+	log.mu.Unlock()
+	if c.Project != "p1" || c.Seq <= 0 {
+		t.Errorf("change = %+v", c)
+	}
+	if _, err := s.Update(ctx, store.AllProjects, "Patient", pat.ID, store.Write{}, func(c fhir.Resource) (fhir.Resource, error) { return c, nil }); err != nil {
+		t.Fatal(err)
+	}
+	if log.has("Patient", pat.ID) {
+		t.Error("a Patient update was announced (not a change type)")
+	}
+	// A rolled-back transaction announces nothing; a committed one all of
+	// its changes, numbered in order.
+	pol := mustCreate(t, s, "p1", `{"resourceType":"AccessPolicy","name":"x"}`)
+	mem := mustCreate(t, s, "p1", `{"resourceType":"ProjectMembership","user":{"reference":"User/u"}}`)
+	boom := errors.New("boom")
+	err := s.InTx(ctx, func(tx store.Store) error {
+		if err := tx.Delete(ctx, store.AllProjects, "AccessPolicy", pol.ID, store.Write{}); err != nil {
+			return err
+		}
+		return boom
+	})
+	if !errors.Is(err, boom) || log.has("AccessPolicy", pol.ID) {
+		t.Fatalf("rolled back: err %v, announced %v", err, log.has("AccessPolicy", pol.ID))
+	}
+	if err := s.InTx(ctx, func(tx store.Store) error {
+		if err := tx.Delete(ctx, store.AllProjects, "AccessPolicy", pol.ID, store.Write{}); err != nil {
+			return err
+		}
+		return tx.Delete(ctx, store.AllProjects, "ProjectMembership", mem.ID, store.Write{})
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if !log.has("AccessPolicy", pol.ID) || !log.has("ProjectMembership", mem.ID) {
+		t.Fatalf("deletions not announced: %+v", log.got)
+	}
+	log.mu.Lock()
+	defer log.mu.Unlock()
+	seqs := map[int64]bool{}
+	for _, c := range log.got {
+		seqs[c.Seq] = true
+	}
+	for i := c.Seq; i < c.Seq+3; i++ {
+		if !seqs[i] {
+			t.Errorf("sequence numbers are not consecutive from %d: %+v", c.Seq, log.got)
+		}
+	}
+}
+
+func testCountHit(t *testing.T, s store.Store) {
+	ctx := context.Background()
+	window := time.Now().Truncate(time.Minute)
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	seen := map[int64]bool{}
+	for i := 0; i < 20; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			n, err := s.CountHit(ctx, "10.0.0.1", window, 2*time.Minute)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			mu.Lock()
+			seen[n] = true
+			mu.Unlock()
+		}()
+	}
+	wg.Wait()
+	for i := int64(1); i <= 20; i++ {
+		if !seen[i] {
+			t.Fatalf("20 concurrent hits did not count 1..20: %v", seen)
+		}
+	}
+	if n, err := s.CountHit(ctx, "10.0.0.2", window, 2*time.Minute); err != nil || n != 1 {
+		t.Errorf("another key: %d, %v", n, err)
+	}
+	if n, err := s.CountHit(ctx, "10.0.0.1", window.Add(time.Minute), 2*time.Minute); err != nil || n != 1 {
+		t.Errorf("the next window: %d, %v", n, err)
+	}
 }

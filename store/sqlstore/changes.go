@@ -1,0 +1,379 @@
+package sqlstore
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/jmoiron/sqlx"
+	"github.com/lib/pq"
+
+	"github.com/sandbot/sandbot/store"
+)
+
+// The change feed (store.Store.Subscribe) tells every process on a database
+// which resources of store.ChangeTypes were updated or deleted, so that each
+// drops what it derived from them.
+//
+// The truth is the changes table: a transaction that updates or deletes such
+// a resource adds a row for it before it commits, numbered by change_seq,
+// whose single row it locks until the commit, so the numbers follow commit
+// order without gaps. Each process remembers the last number it delivered
+// and reads the rows after it:
+//   - on PostgreSQL when a notification arrives (the transaction also runs
+//     pg_notify, which PostgreSQL delivers at commit to every session that
+//     listens, on a connection of its own; a notification carrying the very
+//     next number is delivered without reading the table), after the
+//     listening connection comes back, and every poll interval in any case,
+//     so a lost notification costs at most that much delay;
+//   - on SQLite when the shared change counter beside the database (the
+//     read cache's counter file) moved, checked every 10 ms, and every poll
+//     interval in any case.
+//
+// The writing process also delivers its own changes right after the commit,
+// before the write returns, so that its next request already sees them.
+
+// changeChannel is the PostgreSQL notification channel.
+const changeChannel = "sandbot_changes"
+
+// Poll intervals and the retention of the changes table.
+const (
+	postgresChangePoll = time.Second
+	sqliteChangePoll   = 250 * time.Millisecond
+	sqliteCounterCheck = 10 * time.Millisecond
+	changeRetention    = time.Hour
+	changePruneEvery   = 10 * time.Minute
+	changeBatch        = 1000
+)
+
+type changeFeed struct {
+	store *Store
+	url   string
+	poll  time.Duration
+	log   *slog.Logger
+	// counter is SQLite's shared change counter (nil for PostgreSQL, or
+	// when the counter file could not be mapped).
+	counter *uint64
+
+	mu      sync.Mutex
+	subs    map[int]func([]store.Change)
+	nextSub int
+	stop    chan struct{}
+	done    chan struct{}
+	closed  bool
+	// applied is the last sequence number delivered from the table; only
+	// the loop goroutine touches it once started.
+	applied int64
+	// failing is set while reading the table fails, to log once per outage.
+	failing bool
+}
+
+// Subscribe implements store.Store.
+func (s *Store) Subscribe(fn func([]store.Change)) (stop func()) { return s.feed.subscribe(fn) }
+
+func (f *changeFeed) subscribe(fn func([]store.Change)) func() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.subs == nil {
+		f.subs = map[int]func([]store.Change){}
+	}
+	id := f.nextSub
+	f.nextSub++
+	f.subs[id] = fn
+	if f.stop == nil && !f.closed {
+		f.start()
+	}
+	return func() {
+		f.mu.Lock()
+		delete(f.subs, id)
+		f.mu.Unlock()
+	}
+}
+
+// start begins the loop from the current sequence number: what changed
+// before the first subscription concerns nobody.
+func (f *changeFeed) start() {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := sqlx.GetContext(ctx, f.store.db, &f.applied, `SELECT seq FROM change_seq WHERE id = 1`); err != nil {
+		// The loop reads from the beginning of what the table keeps; a
+		// database down at start only delays the first delivery.
+		f.log.Warn("change feed: current sequence unknown", "err", err)
+		f.applied = -1
+	}
+	f.stop, f.done = make(chan struct{}), make(chan struct{})
+	if f.store.dialect == Postgres {
+		go f.listenLoop(f.stop, f.done)
+	} else {
+		go f.counterLoop(f.stop, f.done)
+	}
+}
+
+func (f *changeFeed) close() {
+	f.mu.Lock()
+	stop, done := f.stop, f.done
+	f.stop, f.closed = nil, true
+	f.mu.Unlock()
+	if stop != nil {
+		close(stop)
+		<-done
+	}
+}
+
+func (f *changeFeed) pollInterval(def time.Duration) time.Duration {
+	if f.poll > 0 {
+		return f.poll
+	}
+	return def
+}
+
+// listenLoop is PostgreSQL's: notifications on a dedicated connection
+// (lib/pq's Listener reconnects by itself), the table on every gap.
+func (f *changeFeed) listenLoop(stop <-chan struct{}, done chan<- struct{}) {
+	defer close(done)
+	l := pq.NewListener(f.url, 50*time.Millisecond, 2*time.Second, func(ev pq.ListenerEventType, err error) {
+		switch ev {
+		case pq.ListenerEventDisconnected:
+			f.log.Warn("change feed: notification connection lost; polling until it is back", "err", err)
+		case pq.ListenerEventReconnected:
+			f.log.Info("change feed: notification connection back")
+		}
+	})
+	defer l.Close()
+	listening := make(chan error, 1)
+	go func() { listening <- l.Listen(changeChannel) }()
+	tick := time.NewTicker(f.pollInterval(postgresChangePoll))
+	defer tick.Stop()
+	prune := time.NewTicker(changePruneEvery)
+	defer prune.Stop()
+	f.fetch()
+	for {
+		select {
+		case <-stop:
+			return
+		case err := <-listening:
+			if err != nil {
+				f.log.Warn("change feed: listen failed; polling only", "err", err)
+			}
+			f.fetch() // what committed before the LISTEN took effect
+		case n := <-l.Notify:
+			if n == nil { // reconnected: notifications may have been lost
+				f.fetch()
+				continue
+			}
+			if c, ok := parseChange(n.Extra); ok && f.applied >= 0 && c.Seq == f.applied+1 {
+				f.applied = c.Seq
+				f.deliver([]store.Change{c})
+				continue
+			}
+			f.fetch()
+		case <-tick.C:
+			f.fetch()
+		case <-prune.C:
+			f.prune()
+		}
+	}
+}
+
+// counterLoop is SQLite's: the shared counter says when to read the table,
+// and the table is read every poll interval in any case.
+func (f *changeFeed) counterLoop(stop <-chan struct{}, done chan<- struct{}) {
+	defer close(done)
+	poll := time.NewTicker(f.pollInterval(sqliteChangePoll))
+	defer poll.Stop()
+	var check <-chan time.Time
+	var seen uint64
+	if f.counter != nil {
+		t := time.NewTicker(sqliteCounterCheck)
+		defer t.Stop()
+		check = t.C
+		seen = atomic.LoadUint64(f.counter)
+	}
+	prune := time.NewTicker(changePruneEvery)
+	defer prune.Stop()
+	f.fetch()
+	for {
+		select {
+		case <-stop:
+			return
+		case <-check:
+			if now := atomic.LoadUint64(f.counter); now != seen {
+				seen = now
+				f.fetch()
+			}
+		case <-poll.C:
+			f.fetch()
+		case <-prune.C:
+			f.prune()
+		}
+	}
+}
+
+// fetch delivers the rows after the last one delivered.
+func (f *changeFeed) fetch() {
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		var rows []struct {
+			Seq          int64  `db:"seq"`
+			ResourceType string `db:"resource_type"`
+			ID           string `db:"resource_id"`
+			Project      string `db:"project_id"`
+		}
+		err := sqlx.SelectContext(ctx, f.store.db, &rows, f.store.rebind(
+			`SELECT seq, resource_type, resource_id, project_id FROM changes WHERE seq > ? ORDER BY seq LIMIT `+strconv.Itoa(changeBatch)), f.applied)
+		cancel()
+		if err != nil {
+			if !f.failing {
+				f.failing = true
+				f.log.Warn("change feed: cannot read changes; retrying", "err", err)
+			}
+			return
+		}
+		if f.failing {
+			f.failing = false
+			f.log.Info("change feed: reading changes again")
+		}
+		if len(rows) == 0 {
+			return
+		}
+		out := make([]store.Change, len(rows))
+		for i, r := range rows {
+			out[i] = store.Change{Seq: r.Seq, ResourceType: r.ResourceType, ID: r.ID, Project: r.Project}
+		}
+		if f.applied >= 0 && out[0].Seq != f.applied+1 {
+			// Rows after the last delivered one were pruned (the process
+			// was cut off for longer than changeRetention): anything may
+			// have changed.
+			out = append([]store.Change{{Seq: out[0].Seq - 1}}, out...)
+		}
+		f.applied = out[len(out)-1].Seq
+		f.deliver(out)
+		if len(rows) < changeBatch {
+			return
+		}
+	}
+}
+
+func (f *changeFeed) prune() {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cut := time.Now().Add(-changeRetention).UnixMicro()
+	if _, err := f.store.db.ExecContext(ctx, f.store.rebind(`DELETE FROM changes WHERE committed_at < ?`), cut); err != nil {
+		f.log.Warn("change feed: prune", "err", err)
+	}
+}
+
+func (f *changeFeed) deliver(changes []store.Change) {
+	if len(changes) == 0 {
+		return
+	}
+	f.mu.Lock()
+	subs := make([]func([]store.Change), 0, len(f.subs))
+	for _, fn := range f.subs {
+		subs = append(subs, fn)
+	}
+	f.mu.Unlock()
+	for _, fn := range subs {
+		fn(changes)
+	}
+}
+
+// committed runs after a commit that recorded changes: this process hears
+// of them at once, and other SQLite processes are told to read the table.
+func (f *changeFeed) committed(changes []store.Change) {
+	if len(changes) == 0 {
+		return
+	}
+	if f.counter != nil {
+		atomic.AddUint64(f.counter, 1)
+	}
+	f.deliver(changes)
+}
+
+// recordChanges writes, in the transaction about to commit, a changes row
+// (and on PostgreSQL a notification) for each touched resource of
+// store.ChangeTypes, and returns them numbered.
+func (s *Store) recordChanges(ctx context.Context, touched []store.Change) ([]store.Change, error) {
+	var changes []store.Change
+	seen := map[string]bool{}
+	for _, c := range touched {
+		if store.ChangeTypes[c.ResourceType] && !seen[c.ID] {
+			seen[c.ID] = true
+			changes = append(changes, c)
+		}
+	}
+	if len(changes) == 0 {
+		return nil, nil
+	}
+	// Last of all in the transaction: the row lock on change_seq is held
+	// only from here to the commit, and it is the last lock taken, so it
+	// cannot close a cycle of waits.
+	var last int64
+	if err := sqlx.GetContext(ctx, s.q, &last, s.rebind(`UPDATE change_seq SET seq = seq + ? WHERE id = 1 RETURNING seq`), len(changes)); err != nil {
+		return nil, fmt.Errorf("change sequence: %w", err)
+	}
+	now := s.now().UnixMicro()
+	args := make([]any, 0, 5*len(changes))
+	for i := range changes {
+		changes[i].Seq = last - int64(len(changes)-1-i)
+		c := changes[i]
+		args = append(args, c.Seq, c.ResourceType, c.ID, c.Project, now)
+	}
+	if err := s.insertRows(ctx, "changes", "seq, resource_type, resource_id, project_id, committed_at", 5, args); err != nil {
+		return nil, err
+	}
+	if s.dialect == Postgres {
+		for _, c := range changes {
+			if _, err := s.q.ExecContext(ctx, `SELECT pg_notify($1, $2)`, changeChannel, formatChange(c)); err != nil {
+				return nil, fmt.Errorf("notify: %w", err)
+			}
+		}
+	}
+	return changes, nil
+}
+
+// formatChange is a notification's payload: seq, type, id and project
+// separated by spaces (none of them can contain one).
+func formatChange(c store.Change) string {
+	return strconv.FormatInt(c.Seq, 10) + " " + c.ResourceType + " " + c.ID + " " + c.Project
+}
+
+func parseChange(payload string) (store.Change, bool) {
+	f := strings.Split(payload, " ")
+	if len(f) != 4 {
+		return store.Change{}, false
+	}
+	seq, err := strconv.ParseInt(f[0], 10, 64)
+	if err != nil {
+		return store.Change{}, false
+	}
+	return store.Change{Seq: seq, ResourceType: f[1], ID: f[2], Project: f[3]}, true
+}
+
+// CountHit implements store.Store: one upsert, so concurrent hits from any
+// number of processes are all counted. Windows that ended are deleted now
+// and then.
+func (s *Store) CountHit(ctx context.Context, key string, window time.Time, keep time.Duration) (int64, error) {
+	start := window.Unix()
+	expires := window.Add(keep).Unix()
+	var hits int64
+	err := sqlx.GetContext(ctx, s.q, &hits, s.rebind(`INSERT INTO rate_counts (key, window_start, hits, expires_at) VALUES (?, ?, 1, ?)
+		ON CONFLICT (key, window_start) DO UPDATE SET hits = rate_counts.hits + 1 RETURNING hits`), key, start, expires)
+	if err != nil {
+		return 0, fmt.Errorf("count hit: %w", err)
+	}
+	if now := time.Now().Unix(); s.rateSwept.Load() < now-60 {
+		s.rateSwept.Store(now)
+		if _, err := s.q.ExecContext(ctx, s.rebind(`DELETE FROM rate_counts WHERE expires_at < ?`), now); err != nil && !errors.Is(err, sql.ErrNoRows) {
+			s.log.Warn("rate counts: prune", "err", err)
+		}
+	}
+	return hits, nil
+}
