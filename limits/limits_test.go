@@ -1,6 +1,7 @@
 package limits
 
 import (
+	"os"
 	"reflect"
 	"strings"
 	"testing"
@@ -60,6 +61,20 @@ func TestSettings(t *testing.T) {
 		seen[p] = s.Env
 		if *p < s.Min || *p > s.Max || s.Min < 0 {
 			t.Errorf("%s: default %d outside [%d, %d] (Min must not be negative: -1 marks an unparsable value)", s.Env, *p, s.Min, s.Max)
+		}
+	}
+}
+
+// TestReadmeListsEverySetting: the README's configuration table names every
+// variable operators can set (a new row in Settings needs its line there).
+func TestReadmeListsEverySetting(t *testing.T) {
+	readme, err := os.ReadFile("../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range Settings() {
+		if !strings.Contains(string(readme), "`"+s.Env+"`") {
+			t.Errorf("README.md does not list %s", s.Env)
 		}
 	}
 }
