@@ -101,3 +101,13 @@ func equalSets(a, b []string) bool { return slices.Equal(sorted(a), sorted(b)) }
 var get = servertest.Field
 
 func str(v any, path ...string) string { s, _ := get(v, path...).(string); return s }
+
+// jsonOf is v encoded as JSON.
+func jsonOf(t *testing.T, v any) string {
+	t.Helper()
+	b, err := json.Marshal(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}

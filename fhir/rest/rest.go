@@ -182,6 +182,9 @@ func present(rec *store.Record, p *auth.Principal) json.RawMessage {
 	if rec.ResourceType == "ClientApplication" && (p == nil || !p.Admin) {
 		fields = []string{"secret"}
 	}
+	if rec.ResourceType == "Project" && (p == nil || !p.SuperAdmin) {
+		fields = projectHidden
+	}
 	if len(fields) == 0 {
 		return rec.JSON
 	}
@@ -380,7 +383,13 @@ func (h *Handler) update(w http.ResponseWriter, r *http.Request) {
 	}
 	rec, err := h.guardWrite(r.Context(), p, typ, id, func(st store.Store) (*store.Record, error) {
 		return st.Update(r.Context(), p.Scope(), typ, id, store.Write{Author: p.Author(), IfMatch: ifMatch(r), CheckReferences: !p.SuperAdmin},
-			func(cur fhir.Resource) (fhir.Resource, error) { return keepServerFields(cur, body), nil })
+			func(cur fhir.Resource) (fhir.Resource, error) {
+				next := keepServerFields(cur, body)
+				if typ == "Project" {
+					return next, protectProject(p, cur, next, true)
+				}
+				return next, nil
+			})
 	})
 	if err != nil {
 		h.fail(w, r, err)
@@ -430,7 +439,18 @@ func (h *Handler) patch(w http.ResponseWriter, r *http.Request) {
 	id := mux.Vars(r)["id"]
 	rec, err := h.guardWrite(r.Context(), p, typ, id, func(st store.Store) (*store.Record, error) {
 		return st.Update(r.Context(), p.Scope(), typ, id, store.Write{Author: p.Author(), IfMatch: ifMatch(r), CheckReferences: !p.SuperAdmin},
-			func(cur fhir.Resource) (fhir.Resource, error) { return applyPatch(cur, ops) })
+			func(cur fhir.Resource) (fhir.Resource, error) {
+				if typ != "Project" {
+					return applyPatch(cur, ops)
+				}
+				// The patch sees what the caller may see: a hidden field
+				// can be neither tested, copied nor moved.
+				next, err := applyPatch(projectView(p, cur.Clone()), ops)
+				if err != nil {
+					return nil, err
+				}
+				return next, protectProject(p, cur, next, false)
+			})
 	})
 	if err != nil {
 		h.fail(w, r, err)
