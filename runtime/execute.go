@@ -114,7 +114,7 @@ var (
 // other error (the caller's context canceled, a host problem) is returned
 // as is.
 func (r *Runtime) Execute(ctx context.Context, m *Module, ex Execution) (*Result, error) {
-	if m == nil || m.compiled == nil {
+	if m == nil || (m.compiled == nil && m.js == nil) {
 		return nil, errors.New("runtime: Execute with a nil module")
 	}
 	if !m.acquire() {
@@ -127,15 +127,20 @@ func (r *Runtime) Execute(ctx context.Context, m *Module, ex Execution) (*Result
 	defer r.metrics.inFlight.Dec()
 
 	res := &Result{}
-	mem := &guestMemory{limit: lim.MemoryBytes}
-	if !r.cfg.noPool {
-		mem.pool = r.pool
-	}
 	logs := &logBuffer{max: lim.LogBytes}
-	err := r.run(ctx, m, ex, lim, mem, logs, res, start)
-
-	mem.Free() // in case wazero did not (idempotent)
-	used, _ := mem.stats()
+	var err error
+	var used uint64
+	if m.js != nil {
+		used, err = r.runJS(ctx, m, ex, lim, logs, res, start)
+	} else {
+		mem := &guestMemory{limit: lim.MemoryBytes}
+		if !r.cfg.noPool {
+			mem.pool = r.pool
+		}
+		err = r.run(ctx, m, ex, lim, mem, logs, res, start)
+		mem.Free() // in case wazero did not (idempotent)
+		used, _ = mem.stats()
+	}
 	res.MemoryBytes = used
 	res.Logs, res.LogTruncated = logs.result()
 	res.Duration = time.Since(start)

@@ -44,6 +44,10 @@ type Config struct {
 	Registerer prometheus.Registerer
 	// Logger receives compile and failure diagnostics; nil discards them.
 	Logger *slog.Logger
+	// BaseURL is the server's public base URL, the baseUrl of a JavaScript
+	// bot's MedplumClient (its requests never leave the process); "" is
+	// http://localhost:8103/.
+	BaseURL string
 
 	noPool bool // tests and benchmarks: plain Go memory instead of the pool
 }
@@ -59,6 +63,10 @@ type Runtime struct {
 	pool        *memPool
 	metrics     *metrics
 	log         *slog.Logger
+
+	jsOnce sync.Once // the JavaScript engine starts at the first JavaScript bot
+	jsEng  *jsEngine
+	jsErr  error
 
 	mu          sync.RWMutex
 	modules     map[string]*Module
@@ -128,6 +136,13 @@ func New(ctx context.Context, cfg Config) (*Runtime, error) {
 // Close releases the wazero runtime, every compiled module and the memory
 // pool. Executions still running are stopped.
 func (r *Runtime) Close(ctx context.Context) error {
+	r.mu.Lock()
+	for _, m := range r.modules {
+		if m.js != nil {
+			m.evict() // a JavaScript image lives outside wazero
+		}
+	}
+	r.mu.Unlock()
 	err := r.wz.Close(ctx)
 	if e := r.cache.Close(ctx); err == nil {
 		err = e
@@ -147,8 +162,11 @@ const (
 )
 
 func (s Shape) String() string {
-	if s == Command {
+	switch s {
+	case Command:
 		return "command"
+	case JavaScript:
+		return "javascript"
 	}
 	return "reactor"
 }
@@ -160,7 +178,8 @@ type Module struct {
 	initialize bool
 	minMemory  uint64 // bytes
 	size       int
-	compiled   wazero.CompiledModule
+	compiled   wazero.CompiledModule // nil for a JavaScript bot
+	js         *jsBot                // a JavaScript bot's image and instances
 
 	lastUse atomic.Int64 // UnixNano of when it was compiled or last executed
 
@@ -188,8 +207,18 @@ func (m *Module) release() {
 	closeNow := m.evicted && m.running == 0
 	m.mu.Unlock()
 	if closeNow {
-		_ = m.compiled.Close(context.Background())
+		m.closeCode()
 	}
+}
+
+// closeCode releases the module's compiled code, or a JavaScript bot's image
+// and idle instances.
+func (m *Module) closeCode() {
+	if m.js != nil {
+		m.js.close()
+		return
+	}
+	_ = m.compiled.Close(context.Background())
 }
 
 // evict marks m evicted and releases its code unless executions still use it.
@@ -199,7 +228,7 @@ func (m *Module) evict() {
 	closeNow := m.running == 0
 	m.mu.Unlock()
 	if closeNow {
-		_ = m.compiled.Close(context.Background())
+		m.closeCode()
 	}
 }
 
@@ -210,8 +239,12 @@ func (m *Module) Hash() string { return m.hash }
 func (m *Module) Shape() Shape { return m.shape }
 
 // ModuleError is a module rejected by Compile: malformed, too large, or not
-// following the ABI. Its message names the reason.
-type ModuleError struct{ Reason string }
+// following the ABI; or JavaScript rejected by CompileJS, with the Line and
+// Column (1-based) of a syntax error. Its message names the reason.
+type ModuleError struct {
+	Reason       string
+	Line, Column int
+}
 
 func (e *ModuleError) Error() string { return e.Reason }
 
