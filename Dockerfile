@@ -5,6 +5,9 @@ WORKDIR /src
 COPY go.mod go.sum ./
 RUN go mod download
 COPY . .
+# The JavaScript bot engine (runtime/jsengine's lockfile): npm ci, then embedded.
+RUN apt-get update && apt-get install -y --no-install-recommends nodejs npm && rm -rf /var/lib/apt/lists/* \
+ && make js
 ARG VERSION=dev
 RUN CGO_ENABLED=0 go build -trimpath -ldflags "-s -w -X main.version=${VERSION}" -o /out/sandbot ./cmd/sandbot \
  && mkdir -p /out/data

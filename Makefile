@@ -5,9 +5,22 @@
 GO       ?= go
 FUZZTIME ?= 60s
 
-.PHONY: test test-go test-sdk test-node fuzz vet build run bench examples
+.PHONY: test test-go test-sdk test-node fuzz vet build run bench examples js
 
-test: vet test-go test-sdk test-node fuzz
+test: js vet test-go test-sdk test-node fuzz
+
+# The JavaScript bot engine's third-party parts (QuickJS-NG compiled to WASI,
+# @medplum/core), pinned with their checksums in runtime/jsengine's lockfile,
+# fetched by npm ci and embedded by the Go build; never committed. A binary
+# built without them runs WebAssembly bots and answers a JavaScript bot with
+# a 400 naming this target.
+JS_DIST = runtime/jsengine/dist
+js: $(JS_DIST)/quickjs.wasm
+
+$(JS_DIST)/quickjs.wasm: runtime/jsengine/package-lock.json
+	cd runtime/jsengine && npm ci --no-audit --no-fund --loglevel=error
+	cp runtime/jsengine/node_modules/@medplum/core/dist/cjs/index.cjs $(JS_DIST)/medplum-core.cjs
+	cp runtime/jsengine/node_modules/quickjs-wasi/quickjs.wasm $@
 
 vet:
 	@unformatted=$$(gofmt -l $$(git ls-files -co --exclude-standard '*.go')); \
@@ -40,13 +53,13 @@ fuzz:
 	GO=$(GO) scripts/fuzz.sh sdk . FuzzParseEvent 10s
 	GO=$(GO) scripts/fuzz.sh sdk . FuzzAppendValue 10s
 
-build:
+build: js
 	CGO_ENABLED=0 $(GO) build -trimpath -o bin/sandbot ./cmd/sandbot
 
-run:
+run: js
 	$(GO) run ./cmd/sandbot serve
 
-bench:
+bench: js
 	$(GO) test -run '^$$' -bench . -benchmem ./...
 
 examples:

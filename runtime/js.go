@@ -38,8 +38,8 @@ type jsEngine struct {
 	// Values created while building the base image and never freed, so
 	// that their pointers are valid in every image derived from it.
 	global, undefined, runFn, timersFn, loadCJS, loadESM, describe uint32
-	scratch    uint32 // 16 bytes: argv and length slots
-	coreModule []byte // ES module source re-exporting @medplum/core
+	scratch                                                        uint32 // 16 bytes: argv and length slots
+	coreModule                                                     []byte // ES module source re-exporting @medplum/core
 }
 
 // JavaScript is the Shape of a JavaScript bot's Module.
@@ -430,6 +430,9 @@ const jsHostModule = "env"
 
 func (r *Runtime) newJSEngine(ctx context.Context) (*jsEngine, error) {
 	wasm, core, err := jsAssets()
+	if r.cfg.noJS {
+		err = ErrJSUnavailable
+	}
 	if err != nil {
 		return nil, err
 	}

@@ -169,3 +169,23 @@ exports.handler = async () => {
 		}
 	}
 }
+
+// TestJSUnavailable: a build without the engine still runs WebAssembly and
+// answers JavaScript with ErrJSUnavailable, which names the build step.
+func TestJSUnavailable(t *testing.T) {
+	r, err := New(context.Background(), Config{noJS: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close(context.Background())
+	if _, err := r.CompileJS(context.Background(), []byte("exports.handler = () => 1;"), "x.js"); !errors.Is(err, ErrJSUnavailable) || !strings.Contains(err.Error(), "make js") {
+		t.Fatalf("CompileJS = %v", err)
+	}
+	m, err := r.Compile(context.Background(), fixture(t, "echo.wasm"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.Execute(context.Background(), m, Execution{Event: jsEvent(t, MediaJSON, "x")}); err != nil {
+		t.Fatal(err)
+	}
+}

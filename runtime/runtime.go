@@ -50,6 +50,7 @@ type Config struct {
 	BaseURL string
 
 	noPool bool // tests and benchmarks: plain Go memory instead of the pool
+	noJS   bool // tests: behave as a build without the JavaScript engine
 }
 
 // Runtime compiles and executes bots. It is safe for concurrent use.

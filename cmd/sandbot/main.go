@@ -161,6 +161,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		Limits:     cfg.Limits,
 		Registerer: reg,
 		Logger:     log,
+		BaseURL:    cfg.BaseURL,
 	})
 	if err != nil {
 		log.Error("bot runtime unavailable", "err", err)

@@ -77,6 +77,10 @@ func (h *Handler) deploy(w http.ResponseWriter, r *http.Request) {
 		h.fail(w, r, err)
 		return
 	}
+	if isJSBot(bot) {
+		h.deployJS(w, r, p, rec, bot)
+		return
+	}
 	wasm, filename, err := h.deployBody(r)
 	if err != nil {
 		h.fail(w, r, err)
@@ -95,34 +99,43 @@ func (h *Handler) deploy(w http.ResponseWriter, r *http.Request) {
 		h.fail(w, r, moduleError(err))
 		return
 	}
-	err = h.store.InTx(ctx, func(tx store.Store) error {
-		bin, err := tx.Create(ctx, fhir.Resource{"resourceType": "Binary", "contentType": mediaWasm,
-			"data": base64.StdEncoding.EncodeToString(wasm)}, store.Write{Project: rec.Project, Author: p.Author()})
-		if err != nil {
-			return err
-		}
-		_, err = tx.Update(ctx, p.Scope(), "Bot", id, store.Write{Author: p.Author()}, func(cur fhir.Resource) (fhir.Resource, error) {
-			code := map[string]any{"contentType": mediaWasm, "url": "Binary/" + bin.ID,
-				"extension": []any{map[string]any{"url": moduleHash, "valueString": mod.Hash()}}}
-			if filename != "" {
-				code["title"] = filename
-			}
-			cur["executableCode"] = code
-			return cur, nil
-		})
-		return err
-	})
-	if err != nil {
+	if err := h.storeDeployedCode(ctx, p, rec, mediaWasm, wasm, filename, mod.Hash()); err != nil {
 		h.fail(w, r, err)
 		return
 	}
 	httpx.WriteOutcome(w, r, http.StatusOK, fhir.AllOK())
 }
 
+// storeDeployedCode keeps deployed code as a Binary and points the Bot's
+// executableCode at it, with the hash of the compiled module, in one
+// transaction.
+func (h *Handler) storeDeployedCode(ctx context.Context, p *auth.Principal, rec *store.Record, contentType string, code []byte, filename, hash string) error {
+	return h.store.InTx(ctx, func(tx store.Store) error {
+		bin, err := tx.Create(ctx, fhir.Resource{"resourceType": "Binary", "contentType": contentType,
+			"data": base64.StdEncoding.EncodeToString(code)}, store.Write{Project: rec.Project, Author: p.Author()})
+		if err != nil {
+			return err
+		}
+		_, err = tx.Update(ctx, p.Scope(), "Bot", rec.ID, store.Write{Author: p.Author()}, func(cur fhir.Resource) (fhir.Resource, error) {
+			exec := map[string]any{"contentType": contentType, "url": "Binary/" + bin.ID,
+				"extension": []any{map[string]any{"url": moduleHash, "valueString": hash}}}
+			if filename != "" {
+				exec["title"] = filename
+			}
+			cur["executableCode"] = exec
+			return cur, nil
+		})
+		return err
+	})
+}
+
 func moduleError(err error) error {
 	var me *runtime.ModuleError
 	if errors.As(err, &me) {
 		return fhir.Invalid("Invalid bot module: " + me.Reason)
+	}
+	if errors.Is(err, runtime.ErrJSUnavailable) {
+		return fhir.Invalid(err.Error())
 	}
 	return err
 }
@@ -153,7 +166,7 @@ func (h *Handler) deployBody(r *http.Request) ([]byte, string, error) {
 		}
 		wasm, err := decodeBase64(*body.Code)
 		if err != nil {
-			return nil, "", fhir.Invalid("code must be the module in base64", "code")
+			return nil, "", fhir.Invalid("code must be the module in base64 (this Bot's runtimeVersion is wasm; a JavaScript bot has runtimeVersion vmcontext)", "code")
 		}
 		if int64(len(wasm)) > limit {
 			return nil, "", fhir.Errorf(fhir.ETooLarge, "Module too large (limit %d bytes)", limit)
@@ -180,11 +193,15 @@ func decodeBase64(s string) ([]byte, error) {
 	return base64.RawStdEncoding.DecodeString(strings.TrimRight(s, "="))
 }
 
+// checkRuntimeVersion accepts the Bot runtimes of DECISIONS 12: wasm (or
+// none) and the reference's vmcontext and awslambda, which are JavaScript
+// (isJSBot).
 func checkRuntimeVersion(bot fhir.Resource) error {
-	if v := bot.String("runtimeVersion"); v != "" && v != "wasm" {
-		return fhir.Invalid("Unsupported bot runtime")
+	switch bot.String("runtimeVersion") {
+	case "", "wasm", "vmcontext", "awslambda":
+		return nil
 	}
-	return nil
+	return fhir.Invalid("Unsupported bot runtime")
 }
 
 // loadModuleBytes reads the module a Bot points at.
@@ -224,12 +241,15 @@ func (h *Handler) module(ctx context.Context, project string, bot fhir.Resource)
 		for _, e := range exts {
 			if m, ok := e.(map[string]any); ok && m["url"] == moduleHash {
 				if hash, _ := m["valueString"].(string); hash != "" {
-					if mod, ok := h.cfg.Runtime.Lookup(hash); ok {
+					if mod, ok := h.cfg.Runtime.Lookup(hash); ok && (mod.Shape() == runtime.JavaScript) == isJSBot(bot) {
 						return mod, nil
 					}
 				}
 			}
 		}
+	}
+	if isJSBot(bot) {
+		return h.jsModule(ctx, project, bot)
 	}
 	wasm, err := h.loadModuleBytes(ctx, project, bot)
 	if err != nil {

@@ -241,11 +241,16 @@ func TestBotRedeployAndGates(t *testing.T) {
 		if r := c.Do("GET", "fhir/R4/Bot/$execute?identifier=s|dup", nil, ""); r.Status != 412 {
 			t.Errorf("ambiguous identifier: %d %s", r.Status, r.Body)
 		}
-		// Unsupported runtime.
+		// An unsupported runtime (the reference's fission); a JavaScript
+		// runtime over a WebAssembly module (DECISIONS 12).
 		js := deployBot(t, c, echo, nil)
-		c.Do("PATCH", "fhir/R4/Bot/"+js, `[{"op":"add","path":"/runtimeVersion","value":"vmcontext"}]`, "application/json-patch+json")
+		c.Do("PATCH", "fhir/R4/Bot/"+js, `[{"op":"add","path":"/runtimeVersion","value":"fission"}]`, "application/json-patch+json")
 		if r := c.Do("POST", "fhir/R4/Bot/"+js+"/$execute", "x", "text/plain"); r.Status != 400 || r.Issue() != "Unsupported bot runtime" {
-			t.Errorf("vmcontext bot: %d %s", r.Status, r.Body)
+			t.Errorf("fission bot: %d %s", r.Status, r.Body)
+		}
+		c.Do("PATCH", "fhir/R4/Bot/"+js, `[{"op":"replace","path":"/runtimeVersion","value":"vmcontext"}]`, "application/json-patch+json")
+		if r := c.Do("POST", "fhir/R4/Bot/"+js+"/$execute", "x", "text/plain"); r.Status != 400 || !strings.Contains(r.Issue(), "deploy JavaScript code") {
+			t.Errorf("vmcontext bot with a wasm module: %d %s", r.Status, r.Body)
 		}
 		// A project may switch bots off.
 		updateProject(t, s, c.ProjectID, func(p fhir.Resource) {
