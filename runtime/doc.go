@@ -11,6 +11,10 @@
 // it in memory under the SHA-256 of its bytes and in wazero's on-disk
 // compilation cache, and runs every execution in a fresh anonymous instance
 // ([Runtime.Execute]) under a deadline and memory, output and log limits.
+// JavaScript bots, the reference platform's ([Runtime.CompileJS]), run in
+// QuickJS-NG compiled to WASI inside the same wazero runtime and limits,
+// each execution restored from an image of the engine with @medplum/core and
+// the bot's module evaluated.
 // The package knows nothing of HTTP or storage. Of FHIR and HL7 it knows
 // only what the ABI's input mapping needs ([Input]: an application/fhir+json
 // input is an object with a resourceType; an HL7 input must parse with
