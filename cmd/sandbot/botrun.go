@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/json"
@@ -9,29 +10,41 @@ import (
 	"fmt"
 	"io"
 	"mime"
+	"net/http"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
+	"time"
 
 	"github.com/sandbot/sandbot/limits"
 	"github.com/sandbot/sandbot/runtime"
 )
 
-const botRunUsage = `Usage: sandbot bot run <module.wasm> [--content-type TYPE] [--input FILE|-] [limit flags]
+const botRunUsage = `Usage: sandbot bot run <module.wasm|bot.js> [--content-type TYPE] [--input FILE|-]
+                     [--fhir-base URL [--token TOKEN]] [limit flags]
 
-Runs a bot module once, locally, as $execute would: the input (a file, or
-stdin with -; none when --input is absent) is passed as event.input according
-to its content type (default application/json):
+Runs a bot once, locally, as $execute would: a WebAssembly module, or a
+JavaScript bot (a .js, .cjs or .mjs file, run as a Bot with runtimeVersion
+vmcontext: in the same JavaScript engine, with a MedplumClient). The input (a
+file, or stdin with -; none when --input is absent) is passed as event.input
+according to its content type (default application/json):
 
   text/plain                          a JSON string
   application/json                    the JSON value
   application/fhir+json               the resource (an object with resourceType)
   application/x-www-form-urlencoded   an object of strings (arrays when repeated)
-  x-application/hl7-v2+er7            the message as a JSON string
+  x-application/hl7-v2+er7            the message as a JSON string (an
+                                      Hl7Message for a JavaScript bot)
 
 The result envelope is printed on stdout and the bot's log on stderr. The
 exit status is 0 on success, 1 when the bot fails or returns an error, 2 on
-a usage error. FHIR calls from the bot are answered with status 501.
+a usage error.
+
+The bot's FHIR calls (sandbot.fhir, or a JavaScript bot's medplum client) are
+answered with status 501, or, with --fhir-base, sent to that FHIR base URL
+(e.g. http://localhost:8103/fhir/R4/) with --token (or SANDBOT_TOKEN) as the
+bearer token.
 
 The bot runs under the server's limits: the SANDBOT_* limit variables and
 flags of "sandbot serve" (--max-module-bytes, --bot-memory-bytes,
@@ -45,7 +58,8 @@ func runBotCommand(ctx context.Context, args []string, stdin io.Reader, stdout, 
 	if len(args) > 0 && args[0] == "run" {
 		args = args[1:]
 	}
-	var modulePath, contentType, inputPath string
+	var modulePath, contentType, inputPath, fhirBase string
+	token := os.Getenv("SANDBOT_TOKEN")
 	hasInput := false
 	// The limits come from the same variables and flags as serve's.
 	var lim limits.Limits
@@ -76,7 +90,7 @@ func runBotCommand(ctx context.Context, args []string, stdin io.Reader, stdout, 
 		case "h", "help":
 			fmt.Fprint(stdout, botRunUsage)
 			return 0
-		case "content-type", "input":
+		case "content-type", "input", "fhir-base", "token":
 			if !hasValue {
 				if i+1 >= len(args) {
 					fmt.Fprintf(stderr, "sandbot bot run: %s needs a value\n\n%s", a, botRunUsage)
@@ -85,10 +99,15 @@ func runBotCommand(ctx context.Context, args []string, stdin io.Reader, stdout, 
 				i++
 				value = args[i]
 			}
-			if name == "content-type" {
+			switch name {
+			case "content-type":
 				contentType = value
-			} else {
+			case "input":
 				inputPath, hasInput = value, true
+			case "fhir-base":
+				fhirBase = value
+			case "token":
+				token = value
 			}
 		default:
 			fmt.Fprintf(stderr, "sandbot bot run: unknown flag %s\n\n%s", a, botRunUsage)
@@ -132,6 +151,19 @@ func runBotCommand(ctx context.Context, args []string, stdin io.Reader, stdout, 
 	}
 
 	cfg := runtime.Config{Limits: lim}
+	var fhirCall func(context.Context, []byte) []byte
+	if fhirBase != "" {
+		u, err := url.Parse(fhirBase)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			fmt.Fprintf(stderr, "sandbot bot run: --fhir-base %q is not an http(s) URL\n", fhirBase)
+			return 2
+		}
+		if !strings.HasSuffix(fhirBase, "/") {
+			fhirBase += "/"
+		}
+		cfg.BaseURL = strings.TrimSuffix(fhirBase, "fhir/R4/")
+		fhirCall = remoteFHIR(fhirBase, token, lim.WithDefaults().BotOutputBytes)
+	}
 	if dir, err := os.UserCacheDir(); err == nil {
 		cfg.CacheDir = filepath.Join(dir, "sandbot", "wasm-cache")
 	}
@@ -146,17 +178,27 @@ func runBotCommand(ctx context.Context, args []string, stdin io.Reader, stdout, 
 	}
 	defer rt.Close(context.WithoutCancel(ctx))
 
-	mod, err := rt.Compile(ctx, wasm)
+	var mod *runtime.Module
+	switch filepath.Ext(modulePath) {
+	case ".js", ".cjs", ".mjs":
+		mod, err = rt.CompileJS(ctx, wasm, filepath.Base(modulePath))
+	default:
+		mod, err = rt.Compile(ctx, wasm)
+	}
 	if err != nil {
 		var me *runtime.ModuleError
 		if errors.As(err, &me) {
-			fmt.Fprintf(stderr, "sandbot bot run: invalid module: %v\n", me)
+			what := "module"
+			if mod == nil && strings.Contains(".js.cjs.mjs", filepath.Ext(modulePath)) && filepath.Ext(modulePath) != "" {
+				what = "bot code"
+			}
+			fmt.Fprintf(stderr, "sandbot bot run: invalid %s: %v\n", what, me)
 		} else {
 			fmt.Fprintf(stderr, "sandbot bot run: %v\n", err)
 		}
 		return 1
 	}
-	res, err := rt.Execute(ctx, mod, runtime.Execution{Event: event})
+	res, err := rt.Execute(ctx, mod, runtime.Execution{Event: event, FHIR: fhirCall})
 	if res != nil {
 		levels := [...]string{"debug", "info", "warn", "error"}
 		for _, l := range res.Logs {
@@ -230,4 +272,56 @@ func newUUID() string {
 	b[6] = b[6]&0x0f | 0x40
 	b[8] = b[8]&0x3f | 0x80
 	return fmt.Sprintf("%x-%x-%x-%x-%x", b[0:4], b[4:6], b[6:8], b[8:10], b[10:16])
+}
+
+// remoteFHIR sends a bot's FHIR requests ({method, url, body}, the url
+// relative to the FHIR base) to base over HTTP, as "sandbot bot run
+// --fhir-base" does, and answers {status, body}.
+func remoteFHIR(base, token string, maxBytes int64) func(context.Context, []byte) []byte {
+	client := &http.Client{Timeout: time.Minute}
+	reply := func(status int, body any) []byte {
+		b, _ := json.Marshal(map[string]any{"status": status, "body": body})
+		return b
+	}
+	return func(ctx context.Context, request []byte) []byte {
+		var req struct {
+			Method string          `json:"method"`
+			URL    string          `json:"url"`
+			Body   json.RawMessage `json:"body"`
+		}
+		if err := json.Unmarshal(request, &req); err != nil || req.URL == "" {
+			return reply(400, "FHIR request must be {method, url, body}")
+		}
+		if req.Method == "" {
+			req.Method = http.MethodGet
+		}
+		var body io.Reader
+		if len(req.Body) > 0 {
+			body = bytes.NewReader(req.Body)
+		}
+		hr, err := http.NewRequestWithContext(ctx, strings.ToUpper(req.Method), base+strings.TrimPrefix(req.URL, "/"), body)
+		if err != nil {
+			return reply(400, "invalid FHIR request URL")
+		}
+		if body != nil {
+			hr.Header.Set("Content-Type", "application/fhir+json")
+		}
+		hr.Header.Set("Accept", "application/fhir+json")
+		if token != "" {
+			hr.Header.Set("Authorization", "Bearer "+token)
+		}
+		resp, err := client.Do(hr)
+		if err != nil {
+			return reply(502, err.Error())
+		}
+		defer resp.Body.Close()
+		out, err := io.ReadAll(io.LimitReader(resp.Body, maxBytes))
+		if err != nil {
+			return reply(502, err.Error())
+		}
+		if !json.Valid(out) {
+			return reply(resp.StatusCode, string(out))
+		}
+		return reply(resp.StatusCode, json.RawMessage(out))
+	}
 }

@@ -47,8 +47,8 @@ Usage:
   sandbot serve [flags]         run the server (flags: sandbot serve -h)
   sandbot migrate [flags]       apply database migrations and exit
   sandbot version               print the version
-  sandbot bot run <module.wasm> [--content-type T] [--input FILE|-]
-                                run a bot module locally, without a server
+  sandbot bot run <module.wasm|bot.js> [--content-type T] [--input FILE|-]
+                                run a bot locally, without a server
   sandbot healthcheck [URL]     exit 0 when the server's /readyz answers (default http://127.0.0.1:9103/readyz)
 `
 
