@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/sandbot/sandbot/fhir"
+	"github.com/sandbot/sandbot/internal/httpx"
 	"github.com/sandbot/sandbot/limits"
 )
 
@@ -28,9 +29,17 @@ type config struct {
 	AdminClientID     string
 	AdminClientSecret string
 	SMTPURL           string
-	LogLevel          string
-	TokenTTL          time.Duration
-	ShutdownTimeout   time.Duration
+	// AppBaseURL is where the web app is served (its set-password page
+	// receives invitation links); empty means BaseURL.
+	AppBaseURL string
+	// CORSOrigins is the comma-separated list of other origins allowed to
+	// call the API from a browser.
+	CORSOrigins string
+	// corsOrigins is CORSOrigins parsed by validate.
+	corsOrigins     []string
+	LogLevel        string
+	TokenTTL        time.Duration
+	ShutdownTimeout time.Duration
 	// Limits are set through the rows of limits.Settings; fields without a
 	// row keep their defaults.
 	Limits limits.Limits
@@ -63,6 +72,8 @@ func configFlags(fs *flag.FlagSet, cfg *config) {
 	str(&cfg.AdminClientID, "admin-client-id", "SANDBOT_ADMIN_CLIENT_ID", "", "id of the bootstrap super-admin ClientApplication (generated if empty)")
 	str(&cfg.AdminClientSecret, "admin-client-secret", "SANDBOT_ADMIN_CLIENT_SECRET", "", "secret of the bootstrap super-admin ClientApplication (generated if empty)")
 	str(&cfg.SMTPURL, "smtp-url", "SANDBOT_SMTP_URL", "", "smtp://user:pass@host:port for invitation e-mails; empty logs them")
+	str(&cfg.AppBaseURL, "app-base-url", "SANDBOT_APP_BASE_URL", "", "base URL of the web app: invitation links point at <app>setpassword/…, and its origin may call the API (empty: the base URL)")
+	str(&cfg.CORSOrigins, "cors-origins", "SANDBOT_CORS_ORIGINS", "", "comma-separated origins (https://app.example.com) whose browser apps may call the API")
 	str(&cfg.LogLevel, "log-level", "SANDBOT_LOG_LEVEL", "info", "debug, info, warn or error")
 	dur(&cfg.TokenTTL, "token-ttl", "SANDBOT_TOKEN_TTL", time.Hour, "access token lifetime")
 	dur(&cfg.ShutdownTimeout, "shutdown-timeout", "SANDBOT_SHUTDOWN_TIMEOUT", 30*time.Second, "how long in-flight requests may take to finish on shutdown")
@@ -121,6 +132,28 @@ func (c *config) validate() error {
 		bad("SANDBOT_BASE_URL=%q must be an absolute http(s) URL", c.BaseURL)
 	} else if !strings.HasSuffix(c.BaseURL, "/") {
 		c.BaseURL += "/"
+	}
+	if c.AppBaseURL != "" {
+		if u, err := url.Parse(c.AppBaseURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			bad("SANDBOT_APP_BASE_URL=%q must be an absolute http(s) URL", c.AppBaseURL)
+		} else if !strings.HasSuffix(c.AppBaseURL, "/") {
+			c.AppBaseURL += "/"
+		}
+	}
+	c.corsOrigins = nil
+	for _, o := range strings.Split(c.CORSOrigins, ",") {
+		switch o = strings.TrimSpace(o); {
+		case o == "":
+		case o == "*":
+			bad("SANDBOT_CORS_ORIGINS must list origins, not *: the API takes credentials, and browsers refuse a wildcard with them")
+		default:
+			n, err := httpx.ParseOrigin(o)
+			if err != nil {
+				bad("SANDBOT_CORS_ORIGINS: %v", err)
+				continue
+			}
+			c.corsOrigins = append(c.corsOrigins, n)
+		}
 	}
 	if c.DatabaseURL != "" && !strings.HasPrefix(c.DatabaseURL, "postgres://") && !strings.HasPrefix(c.DatabaseURL, "postgresql://") {
 		bad("SANDBOT_DATABASE_URL must be a postgres:// URL (leave it empty for the embedded store)")

@@ -178,6 +178,8 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		Version:           buildVersion(),
 		Dialect:           string(st.Dialect()),
 		SMTPURL:           cfg.SMTPURL,
+		AppBaseURL:        cfg.AppBaseURL,
+		CORSOrigins:       cfg.corsOrigins,
 		Runtime:           rt,
 	}, st, reg, log)
 	if err != nil {

@@ -47,6 +47,13 @@ type Config struct {
 	// SMTPURL sends invitation e-mails (smtp://[user:pass@]host[:port]?from=…,
 	// smtps://…); empty logs them instead (SANDBOT_SMTP_URL).
 	SMTPURL string
+	// AppBaseURL is where the web app is served, ending in "/": invitation
+	// and password-reset links point at its set-password page, and its
+	// origin may call the API from a browser. Empty means BaseURL.
+	AppBaseURL string
+	// CORSOrigins are the other origins whose browser applications may call
+	// the API (SANDBOT_CORS_ORIGINS).
+	CORSOrigins []string
 }
 
 // Server is the assembled server.
@@ -71,6 +78,9 @@ func New(ctx context.Context, cfg Config, st store.Store, reg *prometheus.Regist
 		cfg.TokenTTL = time.Hour
 	}
 	cfg.Limits = cfg.Limits.WithDefaults()
+	if cfg.AppBaseURL == "" {
+		cfg.AppBaseURL = cfg.BaseURL
+	}
 	boot, err := admin.Bootstrap(ctx, st, cfg.AdminClientID, cfg.AdminClientSecret)
 	if err != nil {
 		return nil, err
@@ -107,6 +117,8 @@ func New(ctx context.Context, cfg Config, st store.Store, reg *prometheus.Regist
 
 	api := mux.NewRouter()
 	api.Use(httpx.Middleware(log, metrics))
+	// Preflights are answered before the rate limit and authentication.
+	api.Use(httpx.NewCORS(append([]string{httpx.OriginOf(cfg.AppBaseURL)}, cfg.CORSOrigins...)).Middleware)
 	api.Use(auth.NewRateLimiter(cfg.Limits, log).Middleware)
 	api.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		httpx.WriteJSON(w, http.StatusOK, "application/json", map[string]any{"ok": true})
