@@ -5,7 +5,6 @@ import (
 	"net/mail"
 	"regexp"
 	"strings"
-	"time"
 
 	"golang.org/x/crypto/bcrypt"
 
@@ -429,27 +428,17 @@ func (s *Service) inviteProfile(ctx context.Context, tx store.Store, c Caller, p
 // sendInvite mails the invitation. Failures are logged (never the body or
 // the link) and counted; the membership stays.
 func (s *Service) sendInvite(ctx context.Context, req *InviteRequest, projectName string, newUser bool, requestID, secret string) {
-	sender := s.Mail
-	if sender == nil {
-		sender = &smtpmail.LogSender{Log: s.log()}
-	}
 	msg := smtpmail.Message{To: req.Email}
 	if newUser && requestID != "" {
 		msg.Subject = "Welcome to sandbot"
+		msg.Link = s.setPasswordLink(requestID, secret)
 		msg.Body = "Hello " + req.FirstName + ",\n\nYou were invited to the project " + projectName + ".\n" +
-			"Set your password here:\n\n" + s.BaseURL + "setpassword/" + requestID + "/" + secret + "\n\nThe link can be used once.\n"
+			"Set your password here:\n\n" + msg.Link + "\n\nThe link can be used once.\n"
 	} else {
 		msg.Subject = "sandbot: Welcome to " + projectName
 		msg.Body = "Hello " + req.FirstName + ",\n\nYou were added to the project " + projectName + ".\n" +
 			"Sign in with your existing account at " + s.BaseURL + "\n"
 	}
 	// The membership exists now: a client hanging up must not cancel its mail.
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
-	defer cancel()
-	if err := sender.Send(ctx, msg); err != nil {
-		s.log().WarnContext(ctx, "invitation e-mail could not be sent; the membership was kept", "err", err)
-		if s.MailFailed != nil {
-			s.MailFailed()
-		}
-	}
+	s.deliver(ctx, msg, "invitation e-mail could not be sent; the membership was kept")
 }

@@ -65,7 +65,9 @@ type Service struct {
 	Store store.Store
 	// Mail sends invitations; nil logs them.
 	Mail mail.Sender
-	// BaseURL is the public base URL ending in "/", for set-password links.
+	// BaseURL is the web app's base URL ending in "/" (SANDBOT_APP_BASE_URL,
+	// by default the server's): mails link to its sign-in and set-password
+	// pages.
 	BaseURL string
 	Log     *slog.Logger
 	// SuperProjectID is the super-admin project, which keeps server-scoped Users.

@@ -81,6 +81,8 @@ var SearchParams = []SearchParam{
 	{Code: "user-name", Type: StringParam, Base: []string{"ProjectMembership"}, Paths: []string{"userName"}},
 	{Code: "access-policy", Type: ReferenceParam, Base: []string{"ProjectMembership"}, Paths: []string{"accessPolicy", "access.policy"}},
 
+	{Code: "user", Type: ReferenceParam, Base: []string{"Login"}, Paths: []string{"user"}},
+
 	{Code: "entity", Type: ReferenceParam, Base: []string{"AuditEvent"}, Paths: []string{"entity.what"}},
 	{Code: "type", Type: TokenParam, Base: []string{"AuditEvent"}, Paths: []string{"type"}},
 	{Code: "outcome", Type: TokenParam, Base: []string{"AuditEvent"}, Paths: []string{"outcome"}},

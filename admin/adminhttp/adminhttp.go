@@ -42,8 +42,10 @@ func New(svc *admin.Service, a *auth.Authenticator, baseURL string, lim limits.L
 	return &Handler{svc: svc, auth: a, log: log, base: baseURL, maxJSON: lim.WithDefaults().JSONBodyBytes}
 }
 
-// Register mounts /admin/... on r.
+// Register mounts /admin/... and POST /auth/resetpassword (which mails a
+// set-password link, as invitations do) on r.
 func (h *Handler) Register(r *mux.Router) {
+	r.HandleFunc("/auth/resetpassword", h.resetPassword).Methods(http.MethodPost)
 	ad := r.PathPrefix("/admin").Subrouter()
 	ad.Use(h.auth.Require)
 	ad.HandleFunc("/Project", h.createProject).Methods(http.MethodPost)

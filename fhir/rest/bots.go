@@ -142,10 +142,18 @@ func moduleError(err error) error {
 
 // deployBody reads the module of a $deploy: a raw application/wasm body, or
 // the reference's JSON {code, filename} with the module in base64 (what
-// `medplum bot deploy` sends from a dist file of base64 text).
+// `medplum bot deploy` sends from a dist file of base64 text). No body at
+// all, or JSON without code (the web app's Deploy button), means no new
+// module: a nil module redeploys the stored one.
 func (h *Handler) deployBody(r *http.Request) ([]byte, string, error) {
 	limit := h.cfg.Limits.ModuleBytes
 	switch mt := httpx.MediaType(r); {
+	case mt == "":
+		// Only an empty body may come without a media type.
+		if b, err := httpx.ReadBody(r, 0); err != nil || len(b) > 0 {
+			return nil, "", fhir.Errorf(fhir.EUnsupportedMedia, "Unsupported media type: $deploy takes application/wasm or JSON {code, filename}")
+		}
+		return nil, "", nil
 	case mt == mediaWasm || mt == "application/octet-stream":
 		b, err := httpx.ReadBody(r, limit)
 		return b, r.URL.Query().Get("filename"), err

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net/http"
 	"strings"
 	"sync"
 	"testing"
@@ -235,6 +236,26 @@ func TestBotRedeployAndGates(t *testing.T) {
 		// Redeploy without code recompiles what the Bot points at.
 		if r := c.Do("POST", "fhir/R4/Bot/"+id+"/$deploy", map[string]any{}, ""); r.Status != 200 {
 			t.Errorf("redeploy without code: %d %s", r.Status, r.Body)
+		}
+		// So does no body at all, without a media type (the web app's Deploy button).
+		if r := c.Do("POST", "fhir/R4/Bot/"+id+"/$deploy", nil, ""); r.Status != 200 {
+			t.Errorf("redeploy without a body: %d %s", r.Status, r.Body)
+		}
+		if r := c.Do("POST", "fhir/R4/Bot/"+id+"/$execute", "null", "text/plain"); r.Issue() != "All OK" {
+			t.Errorf("after an empty redeploy the stored module runs: %d %q", r.Status, r.Body)
+		}
+		// A body without a media type is still refused.
+		req, _ := http.NewRequest("POST", s.URL+"fhir/R4/Bot/"+id+"/$deploy", strings.NewReader("AGFzbQ=="))
+		req.Header.Set("Authorization", "Bearer "+c.Token)
+		if resp, err := http.DefaultClient.Do(req); err != nil || resp.StatusCode != 415 {
+			t.Errorf("untyped body: %v %v", resp, err)
+		} else {
+			resp.Body.Close()
+		}
+		// A Bot never deployed has nothing to redeploy.
+		fresh := c.Create(map[string]any{"resourceType": "Bot", "name": "empty"})["id"].(string)
+		if r := c.Do("POST", "fhir/R4/Bot/"+fresh+"/$deploy", nil, ""); r.Status != 400 {
+			t.Errorf("redeploy of a Bot without code: %d %s", r.Status, r.Body)
 		}
 		// Two bots with one identifier in a project: 412.
 		deployBot(t, c, echo, map[string]any{"identifier": []any{map[string]any{"system": "s", "value": "dup"}}})

@@ -186,10 +186,22 @@ func (a *Authenticator) handleMe(w http.ResponseWriter, r *http.Request) {
 	}
 	membership := map[string]any{"resourceType": "ProjectMembership", "id": p.MembershipID(),
 		"user": p.Membership["user"], "profile": p.Membership["profile"], "admin": p.Admin}
-	httpx.WriteJSON(w, http.StatusOK, "application/json", map[string]any{
+	config, err := a.userConfiguration(r.Context(), p)
+	if err != nil {
+		httpx.WriteError(w, r, a.log, err)
+		return
+	}
+	me := map[string]any{
 		"project":    project,
 		"membership": membership,
 		"profile":    prof,
-		"config":     map[string]any{"resourceType": "UserConfiguration", "menu": []any{}},
-	})
+		"config":     config,
+	}
+	if sec, err := a.security(r.Context(), p); err != nil {
+		httpx.WriteError(w, r, a.log, err)
+		return
+	} else if sec != nil {
+		me["security"] = sec
+	}
+	httpx.WriteJSON(w, http.StatusOK, "application/json", me)
 }

@@ -1,6 +1,8 @@
-// Package mail sends the server's e-mails (invitations) through SMTP, or
-// logs that a mail would have been sent when no SMTP server is configured.
-// Neither path ever logs a mail body: it carries secrets (set-password links).
+// Package mail sends the server's e-mails (invitations, password resets)
+// through SMTP, or logs that a mail would have been sent when no SMTP server
+// is configured. Neither path ever logs a mail body. Without SMTP the
+// set-password link a mail carries is logged, so that the operator can hand
+// it to the user: otherwise nobody invited could ever set a password.
 package mail
 
 import (
@@ -21,6 +23,9 @@ type Message struct {
 	To      string
 	Subject string
 	Body    string
+	// Link is the set-password link the body carries, if any: the log
+	// sender writes it (and only it) to the log.
+	Link string
 }
 
 // Sender sends messages.
@@ -70,14 +75,18 @@ func hostPort(h, port string) string {
 	return net.JoinHostPort(h, port)
 }
 
-// LogSender logs that a mail would be sent: the recipient's domain and the
-// subject, never the body.
+// LogSender logs that a mail would be sent: the recipient's domain, the
+// subject and the set-password link when there is one, never the body.
 type LogSender struct{ Log *slog.Logger }
 
 // Send implements Sender.
 func (l *LogSender) Send(ctx context.Context, m Message) error {
 	_, domain, _ := strings.Cut(m.To, "@")
-	l.Log.InfoContext(ctx, "e-mail not sent: no SMTP server configured (SANDBOT_SMTP_URL)", "to_domain", domain, "subject", m.Subject)
+	attrs := []any{"to_domain", domain, "subject", m.Subject}
+	if m.Link != "" {
+		attrs = append(attrs, "set_password_link", m.Link)
+	}
+	l.Log.InfoContext(ctx, "e-mail not sent: no SMTP server configured (SANDBOT_SMTP_URL)", attrs...)
 	return nil
 }
 

@@ -110,7 +110,7 @@ func New(ctx context.Context, cfg Config, st store.Store, reg *prometheus.Regist
 		Help: "Invitation e-mails that could not be sent (the memberships were kept).",
 	})
 	reg.MustRegister(inviteMailFailures)
-	s.Admin = &admin.Service{Store: st, Mail: mailer, BaseURL: cfg.BaseURL, Log: log, SuperProjectID: boot.ProjectID,
+	s.Admin = &admin.Service{Store: st, Mail: mailer, BaseURL: cfg.AppBaseURL, Log: log, SuperProjectID: boot.ProjectID,
 		Changed: func() { s.Auth.Forget(); s.FHIR.Forget() }, MailFailed: inviteMailFailures.Inc}
 	adminAPI := adminhttp.New(s.Admin, s.Auth, cfg.BaseURL, cfg.Limits, log)
 	s.FHIR.AddRoutes(adminAPI.RegisterFHIR)
@@ -133,6 +133,7 @@ func New(ctx context.Context, cfg Config, st store.Store, reg *prometheus.Regist
 	}).Methods(http.MethodGet)
 	s.Auth.Register(api)
 	s.Auth.RegisterLogins(api)
+	s.Auth.RegisterAccount(api)
 	adminAPI.Register(api)
 	s.FHIR.Register(api)
 	// Last: anything unmatched is a 404 OperationOutcome, through the same

@@ -1,0 +1,77 @@
+package admin
+
+import (
+	"context"
+	"time"
+
+	"github.com/sandbot/sandbot/fhir"
+	smtpmail "github.com/sandbot/sandbot/internal/mail"
+	"github.com/sandbot/sandbot/store"
+)
+
+// setPasswordLink is the web app's set-password page for a
+// UserSecurityRequest, as the reference builds it:
+// <app base URL>setpassword/<id>/<secret>.
+func (s *Service) setPasswordLink(requestID, secret string) string {
+	return s.BaseURL + "setpassword/" + requestID + "/" + secret
+}
+
+// deliver sends a mail after the work it reports on is done: a caller
+// hanging up does not cancel it, and a failure is logged (never the body)
+// and counted, not returned.
+func (s *Service) deliver(ctx context.Context, msg smtpmail.Message, failure string) {
+	sender := s.Mail
+	if sender == nil {
+		sender = &smtpmail.LogSender{Log: s.log()}
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+	defer cancel()
+	if err := sender.Send(ctx, msg); err != nil {
+		s.log().WarnContext(ctx, failure, "err", err)
+		if s.MailFailed != nil {
+			s.MailFailed()
+		}
+	}
+}
+
+// RequestPasswordReset mails a one-time set-password link to the User with
+// this e-mail: the server-scoped User, or with projectID the User scoped to
+// that project. An unknown e-mail is not an error, so that the answer never
+// tells whether an account exists. The link works once, for as long as an
+// invitation's.
+func (s *Service) RequestPasswordReset(ctx context.Context, email, projectID string) error {
+	users, err := store.SearchResources(ctx, s.Store, store.AllProjects, "User", "email="+esc(email)+"&_count=100")
+	if err != nil {
+		return err
+	}
+	want := ""
+	if projectID != "" {
+		want = "Project/" + projectID
+	}
+	var user fhir.Resource
+	for _, u := range users {
+		if u.Ref("project") == want {
+			user = u
+			break
+		}
+	}
+	if user == nil {
+		return nil
+	}
+	rec, err := s.Store.Read(ctx, store.AllProjects, "User", user.ID())
+	if err != nil {
+		return err
+	}
+	secret := randomToken(24)
+	req, err := s.Store.Create(ctx, fhir.Resource{"resourceType": "UserSecurityRequest", "type": "reset",
+		"user": ref("User/" + user.ID()), "secret": HashSecret(secret), "used": false}, store.Write{Project: rec.Project, Author: system})
+	if err != nil {
+		return err
+	}
+	msg := smtpmail.Message{To: user.String("email"), Subject: "sandbot: reset your password",
+		Link: s.setPasswordLink(req.ID, secret)}
+	msg.Body = "Someone asked to reset the password of your account.\n\nSet a new password here:\n\n" + msg.Link +
+		"\n\nThe link can be used once. If you did not ask for this, ignore this e-mail.\n"
+	s.deliver(ctx, msg, "password reset e-mail could not be sent")
+	return nil
+}
