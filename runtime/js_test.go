@@ -125,6 +125,17 @@ func BenchmarkExecuteJSTrivial(b *testing.B) {
 			b.Fatal(err, res)
 		}
 	}
+	b.StopTimer()
+	// The image, and the memory an instance holds of its own: the pages its
+	// executions wrote (copies of the image's), the rest being the image's
+	// pages, shared.
+	b.ReportMetric(float64(m.js.img.size), "image-bytes")
+	if inst := m.js.get(); inst != nil {
+		if private, err := privateBytes(inst.mem.buf[:m.js.img.size]); err == nil {
+			b.ReportMetric(float64(private), "private-bytes/instance")
+		}
+		m.js.put(inst)
+	}
 }
 
 // TestJSExecutionsShareNothing: module state, globals and the random

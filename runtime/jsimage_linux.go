@@ -38,6 +38,8 @@ var pagemap struct {
 	f    *os.File
 }
 
+var pagemapBuffers = sync.Pool{New: func() any { return new([]byte) }}
+
 func pagemapFile() *os.File {
 	pagemap.once.Do(func() {
 		if f, err := os.Open("/proc/self/pagemap"); err == nil {
@@ -85,7 +87,12 @@ func (img *jsImage) reset(buf []byte) error {
 		return img.drop(buf)
 	}
 	n := img.size / page
-	entries := make([]byte, 8*n)
+	bp := pagemapBuffers.Get().(*[]byte)
+	defer pagemapBuffers.Put(bp)
+	if cap(*bp) < 8*n {
+		*bp = make([]byte, 8*n)
+	}
+	entries := (*bp)[:8*n]
 	first := uintptr(unsafe.Pointer(unsafe.SliceData(buf))) / page
 	if _, err := f.ReadAt(entries, int64(first*8)); err != nil {
 		return img.drop(buf)

@@ -3,8 +3,15 @@
 // vm.runInNewContext, as the reference platform's "vmcontext" runtime does.
 // The handler is the same trivial one the C echo and Go hello bots run.
 //
-// Usage: node node-vm-peer.mjs <port> [echo|hello]
+// Usage: node node-vm-peer.mjs <port> [echo|hello|medplum]
+//
+// "medplum" is the reference's vmcontext runtime as it runs a JavaScript bot:
+// per request, a fresh context with the globals it exposes, in which a real
+// MedplumClient (@medplum/core, from runtime/jsengine's lockfile: run `make
+// js` first) is created and the trivial bot `return { ok: true }` is called
+// with it; the peer of sandbot's JavaScript bots.
 import http from 'node:http';
+import { createRequire } from 'node:module';
 import vm from 'node:vm';
 
 const port = Number(process.argv[2] || 8200);
@@ -19,6 +26,30 @@ const sources = {
     return { greeting: 'Hello, ' + name };
   };`,
 };
+// The reference's vmcontext wrapper, paraphrased: the client is made inside
+// the context, per execution, and the handler awaited.
+const medplumCode = `
+  const exports = {};
+  const module = { exports };
+  exports.handler = async function handler(medplum, event) { return { ok: true }; };
+  (async () => {
+    const { bot, baseUrl, accessToken, contentType, secrets, traceId, headers } = event;
+    const medplum = new MedplumClient({ baseUrl, fetch: (url, options = {}) => fetch(url, options) });
+    medplum.setAccessToken(accessToken);
+    let input = event.input;
+    if (contentType === ContentType.HL7_V2 && input) input = Hl7Message.parse(input);
+    let result = await exports.handler(medplum, { bot, input, contentType, secrets, traceId, headers });
+    if (contentType === ContentType.HL7_V2 && result) result = result.toString();
+    return result;
+  })();
+`;
+let core;
+if (kind === 'medplum') {
+  globalThis.WebSocket ??= class WebSocket {}; // @medplum/core names it at load (Node 20)
+  const require = createRequire(new URL('../../runtime/jsengine/package.json', import.meta.url));
+  core = require('@medplum/core');
+}
+
 const code = `
   const exports = {};
   const module = { exports };
@@ -35,8 +66,23 @@ const server = http.createServer((req, res) => {
       const body = Buffer.concat(chunks).toString('utf8');
       const event = { bot: { reference: 'Bot/peer' }, input: JSON.parse(body || '{}'), contentType: req.headers['content-type'], secrets: {} };
       const logs = [];
-      const sandbox = { event, console: { log: (...a) => logs.push(a.join(' ')) } };
-      const result = await vm.runInNewContext(code, sandbox, { timeout: 10000 });
+      const botConsole = { log: (...a) => logs.push(a.join(' ')) };
+      let result;
+      if (kind === 'medplum') {
+        event.baseUrl = 'http://127.0.0.1:8103/';
+        event.accessToken = 'token';
+        event.traceId = 'trace';
+        event.headers = req.headers;
+        const sandbox = {
+          console: botConsole, fetch, require: (m) => (m === '@medplum/core' ? core : undefined), ContentType: core.ContentType,
+          Hl7Message: core.Hl7Message, MedplumClient: core.MedplumClient, TextEncoder, TextDecoder, URL, URLSearchParams,
+          Headers, Request, Response, event,
+        };
+        result = await vm.runInNewContext(medplumCode, sandbox, { timeout: 10000 });
+      } else {
+        const sandbox = { event, console: botConsole };
+        result = await vm.runInNewContext(code, sandbox, { timeout: 10000 });
+      }
       const out = JSON.stringify(result);
       res.writeHead(200, { 'content-type': 'application/json; charset=utf-8', 'content-length': Buffer.byteLength(out) });
       res.end(out);

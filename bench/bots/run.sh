@@ -5,6 +5,9 @@
 #
 # Usage: bench/bots/run.sh [duration, default 10s]   (needs wrk: apt-get install wrk)
 # DATABASE_URL=postgres://... runs the server on PostgreSQL instead of SQLite.
+# ONLY=js runs only the JavaScript comparison: a trivial JavaScript bot
+# (return { ok: true }) through $execute against the Node peer running the
+# same bot as the reference's vmcontext does, with a MedplumClient per request.
 # Server-side latency comes from sandbot's access log (exact per-request
 # durations); client-side figures are wrk's.
 set -euo pipefail
@@ -15,6 +18,7 @@ command -v wrk >/dev/null || { echo "wrk is needed: apt-get install wrk" >&2; ex
 work=$(mktemp -d)
 trap 'kill $(jobs -p) 2>/dev/null || true; rm -rf "$work"' EXIT
 
+make -s js # the JavaScript engine, embedded by the build
 go build -o "$work/sandbot" ./cmd/sandbot
 ID=bench-admin SECRET=bench-admin-secret-0123456789
 SANDBOT_ADDR=127.0.0.1:18110 SANDBOT_METRICS_ADDR=127.0.0.1:19110 SANDBOT_BASE_URL=http://127.0.0.1:18110/ \
@@ -33,15 +37,37 @@ deploy() { # name wasm [auditEventTrigger] -> bot id
   curl -sf "${auth[@]}" -H 'Content-Type: application/wasm' --data-binary @"$2" "$B/fhir/R4/Bot/$id/\$deploy" >/dev/null
   echo "$id"
 }
+deploy_js() { # name code -> bot id (runtimeVersion vmcontext)
+  local id
+  id=$(curl -s "${auth[@]}" -H 'Content-Type: application/fhir+json' -d "{\"resourceType\":\"Bot\",\"name\":\"$1\",\"runtimeVersion\":\"vmcontext\"}" $B/fhir/R4/Bot | python3 -c 'import json,sys; print(json.load(sys.stdin)["id"])')
+  curl -sf "${auth[@]}" -H 'Content-Type: application/javascript' --data-binary "$2" "$B/fhir/R4/Bot/$id/\$deploy" >/dev/null
+  echo "$id"
+}
+TRIVIAL_JS=$(deploy_js trivial-js 'exports.handler = async function handler(medplum, event) { return { ok: true }; };')
+if [ "${ONLY:-}" != js ]; then
 ECHO=$(deploy c-echo examples/c-echo/c-echo.wasm)
 ECHO_QUIET=$(deploy c-echo examples/c-echo/c-echo.wasm on-error)
 HELLO=$(deploy hello examples/hello/hello.wasm)
+fi
 
 run() { # label url   (CONNS connections)
   echo "== $1"
   : >"$work/server.log"
   wrk -t1 -c"$CONNS" -d"$DUR" --latency -s bench/bots/post.lua "$2" | grep -E 'Requests/sec|50%|99%|Non-2xx' || true
 }
+# The JavaScript comparison: sandbot's JavaScript bot, then the Node peer.
+wrk -t1 -c2 -d2s -s bench/bots/post.lua "$B/fhir/R4/Bot/$TRIVIAL_JS/\$execute" >/dev/null
+run "sandbot trivial JavaScript bot (QuickJS in wazero, MedplumClient)" "$B/fhir/R4/Bot/$TRIVIAL_JS/\$execute"
+python3 bench/bots/latency.py "$work/server.log" '$execute'
+CONNS=1 run "sandbot trivial JavaScript bot at 1 connection (service time)" "$B/fhir/R4/Bot/$TRIVIAL_JS/\$execute"
+python3 bench/bots/latency.py "$work/server.log" '$execute'
+node bench/bots/node-vm-peer.mjs 18122 medplum 2>/dev/null &
+sleep 1
+wrk -t1 -c2 -d2s -s bench/bots/post.lua "http://127.0.0.1:18122/" >/dev/null
+TOKEN= run "node vm.runInNewContext peer, reference vmcontext with a MedplumClient per request" "http://127.0.0.1:18122/"
+kill %% 2>/dev/null || true
+[ "${ONLY:-}" = js ] && exit 0
+
 # warm up (compile caches, connections)
 wrk -t1 -c2 -d2s -s bench/bots/post.lua "$B/fhir/R4/Bot/$ECHO/\$execute" >/dev/null
 wrk -t1 -c2 -d2s -s bench/bots/post.lua "$B/fhir/R4/Bot/$HELLO/\$execute" >/dev/null
