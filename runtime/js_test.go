@@ -200,3 +200,101 @@ func TestJSUnavailable(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestJSGlobals checks the polyfills and globals a bot sees against what
+// Node (the reference's vm context) gives for the same expressions; each
+// check is [expression, expected JSON].
+func TestJSGlobals(t *testing.T) {
+	r := jsRuntime(t)
+	checks := [][2]string{
+		{`typeof require('@medplum/core').MedplumClient`, `"function"`},
+		{`[typeof Hl7Message, typeof MedplumClient, ContentType.JSON]`, `["function","function","application/json"]`},
+		{`(() => { try { require('fs'); } catch (e) { return e.message.includes('only @medplum/core'); } })()`, `true`},
+		// URL
+		{`new URL('https://Example.COM:443/a/./b/../c?x=1#f').href`, `"https://example.com/a/c?x=1#f"`},
+		{`new URL('Patient?name=a b', 'http://localhost:8103/fhir/R4/').href`, `"http://localhost:8103/fhir/R4/Patient?name=a%20b"`},
+		{`new URL('../x', 'http://h/a/b/c').href`, `"http://h/a/x"`},
+		{`new URL('/abs', 'http://h:81/a/b').href`, `"http://h:81/abs"`},
+		{`new URL('//other/p', 'https://h/a').href`, `"https://other/p"`},
+		{`new URL('?q=1', 'http://h/a/b').href`, `"http://h/a/b?q=1"`},
+		{`(() => { const u = new URL('http://u:p@h:8080/p?a=1&b=2'); return [u.protocol, u.username, u.password, u.host, u.hostname, u.port, u.pathname, u.search, u.origin]; })()`,
+			`["http:","u","p","h:8080","h","8080","/p","?a=1&b=2","http://h:8080"]`},
+		{`(() => { const u = new URL('http://h/p?a=1'); u.searchParams.append('b', 'x y'); return u.href; })()`, `"http://h/p?a=1&b=x+y"`},
+		{`[URL.canParse('nope'), URL.canParse('http://h/')]`, `[false,true]`},
+		{`(() => { try { new URL('nope'); } catch (e) { return e instanceof TypeError; } })()`, `true`},
+		// URLSearchParams
+		{`new URLSearchParams({ a: '1', b: 'x&y' }).toString()`, `"a=1&b=x%26y"`},
+		{`(() => { const p = new URLSearchParams('?a=1&a=2&b=%20c+d'); return [p.getAll('a'), p.get('b'), p.has('c'), p.size]; })()`, `[["1","2"]," c d",false,3]`},
+		{`(() => { const p = new URLSearchParams([['b','2'],['a','1'],['b','1']]); p.sort(); p.set('c','3'); p.delete('a'); return [...p]; })()`, `[["b","2"],["b","1"],["c","3"]]`},
+		// TextEncoder / TextDecoder
+		{`Array.from(new TextEncoder().encode('aé€😀'))`, `[97,195,169,226,130,172,240,159,152,128]`},
+		{`new TextDecoder().decode(new TextEncoder().encode('aé€😀'))`, `"aé€😀"`},
+		{`new TextDecoder().decode(new Uint8Array([0xef,0xbb,0xbf,0x61,0xff,0x62,0xe2,0x82]))`, "\"a\ufffdb\ufffd\""},
+		{`(() => { try { new TextDecoder('utf-8', { fatal: true }).decode(new Uint8Array([0xc3])); } catch (e) { return e instanceof TypeError; } })()`, `true`},
+		// Headers, Request, Response
+		{`(() => { const h = new Headers({ 'Content-Type': 'a' }); h.append('X-A', '1'); h.append('x-a', '2'); return [h.get('content-type'), h.get('X-A'), [...h.keys()]]; })()`, `["a","1, 2",["content-type","x-a"]]`},
+		{`(async () => { const r = Response.json({ a: 1 }, { status: 201 }); return [r.status, r.ok, r.headers.get('content-type'), await r.json()]; })()`, `[201,true,"application/json",{"a":1}]`},
+		{`(async () => { const q = new Request('http://h/x', { method: 'post', body: 'hi' }); return [q.method, q.url, await q.text()]; })()`, `["POST","http://h/x","hi"]`},
+		// Timers run in order of their due time, and an awaited one sleeps.
+		{`new Promise((resolve) => { const out = []; setTimeout(() => out.push(2), 20); setTimeout(() => out.push(1), 5); const i = setInterval(() => { out.push('i'); if (out.filter((x) => x === 'i').length === 2) clearInterval(i); }, 1); setTimeout(() => resolve(out.filter((x) => x !== 'i').concat(out.filter((x) => x === 'i').length)), 40); })`, `[1,2,2]`},
+		{`(async () => { const t = Date.now(); await new Promise((r) => setTimeout(r, 50)); return Date.now() - t >= 45; })()`, `true`},
+		// structuredClone, crypto, Math.random
+		{`(() => { const d = new Date(0); const c = structuredClone({ d, m: new Map([[1, { x: [1] }]]) }); return [c.d instanceof Date && c.d !== d, c.m.get(1).x[0]]; })()`, `[true,1]`},
+		{`[crypto.randomUUID().length, crypto.getRandomValues(new Uint32Array(4)).length, Math.random() < 1]`, `[36,4,true]`},
+		{`(() => { try { crypto.getRandomValues(new Uint8Array(70000)); } catch (e) { return e instanceof RangeError; } })()`, `true`},
+		// fetch: only the FHIR base.
+		{`fetch('https://example.com/').catch((e) => e.message.includes('no network'))`, `true`},
+		{`fetch('http://localhost:8103/auth/me').catch((e) => e instanceof TypeError)`, `true`},
+		{`fetch('http://localhost:8103/fhir/R4/Patient/1').then((r) => r.status)`, `501`},
+		// console formats like Node for the common cases.
+		{`(console.log('%s is %d', 'x', 42, { a: 1 }), true)`, `true`},
+	}
+	var b strings.Builder
+	b.WriteString("const checks = [\n")
+	for _, c := range checks {
+		b.WriteString("  async () => " + c[0] + ",\n")
+	}
+	b.WriteString("];\nexports.handler = async () => { const out = []; for (const c of checks) { try { out.push(JSON.stringify(await c())); } catch (e) { out.push('threw ' + e); } } return out; };\n")
+	m := compileJS(t, r, b.String())
+	res, err := runJS(t, r, m, Execution{Event: jsEvent(t, MediaJSON, nil)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	if err := json.Unmarshal(res.Envelope.Result, &got); err != nil || len(got) != len(checks) {
+		t.Fatalf("result %s: %v", res.Envelope.Result, err)
+	}
+	for i, c := range checks {
+		if got[i] != c[1] {
+			t.Errorf("%s\n  = %s, want %s", c[0], got[i], c[1])
+		}
+	}
+	if len(res.Logs) != 1 || res.Logs[0].Text != `x is 42 {"a":1}` {
+		t.Errorf("console: %+v", res.Logs)
+	}
+}
+
+// TestJSModuleSyntax: an ES module exporting handler, importing from
+// @medplum/core, runs like CommonJS; an import of anything else is refused
+// at deploy.
+func TestJSModuleSyntax(t *testing.T) {
+	r := jsRuntime(t)
+	m := compileJS(t, r, `import { getReferenceString, Hl7Message as H } from '@medplum/core';
+import core from '@medplum/core';
+export async function handler(medplum, event) {
+  return { ref: getReferenceString({ resourceType: 'Patient', id: '1' }), same: H === core.Hl7Message, ct: event.contentType };
+}`)
+	res, err := runJS(t, r, m, Execution{Event: jsEvent(t, MediaJSON, nil)})
+	if err != nil || string(res.Envelope.Result) != `{"ref":"Patient/1","same":true,"ct":"application/json"}` {
+		t.Fatalf("%v %s", err, res.Envelope.Result)
+	}
+	_, err = r.CompileJS(context.Background(), []byte("import x from 'lodash';\nexport const handler = () => x;\n"), "esm.js")
+	var me *ModuleError
+	if !errors.As(err, &me) || !strings.Contains(me.Reason, "lodash") {
+		t.Fatalf("import lodash: %v", err)
+	}
+	_, err = r.CompileJS(context.Background(), []byte("export const notHandler = 1;\n"), "esm.js")
+	if !errors.As(err, &me) || !strings.Contains(me.Reason, "handler") {
+		t.Fatalf("no handler: %v", err)
+	}
+}
