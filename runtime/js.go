@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/tetratelabs/wazero"
@@ -49,16 +50,21 @@ const JavaScript Shape = 2
 // instances restored from it.
 type jsBot struct {
 	img *jsImage
+	// idleTotal counts the idle instances of all the runtime's bots.
+	idleTotal *atomic.Int64
 
 	mu     sync.Mutex
 	idle   []*jsInstance
 	closed bool
 }
 
-// maxIdleJS bounds the idle instances kept per bot; each holds a memory
-// reservation (address space; only the pages it wrote cost memory, and
-// those are dropped when it goes idle) and wazero's per-function stacks.
-const maxIdleJS = 4
+// Idle instances kept, per bot and in all: each holds a memory reservation
+// (address space), the pages its executions wrote (a few hundred KiB,
+// copies of the image's) and wazero's per-function stacks.
+const (
+	maxIdleJS      = 4
+	maxIdleJSTotal = 64
+)
 
 func (b *jsBot) get() *jsInstance {
 	b.mu.Lock()
@@ -66,6 +72,7 @@ func (b *jsBot) get() *jsInstance {
 	if n := len(b.idle); n > 0 {
 		inst := b.idle[n-1]
 		b.idle = b.idle[:n-1]
+		b.idleTotal.Add(-1)
 		return inst
 	}
 	return nil
@@ -79,7 +86,10 @@ func (b *jsBot) put(inst *jsInstance) {
 		return
 	}
 	b.mu.Lock()
-	if b.closed || len(b.idle) >= maxIdleJS {
+	if b.closed || len(b.idle) >= maxIdleJS || b.idleTotal.Add(1) > maxIdleJSTotal {
+		if !b.closed && len(b.idle) < maxIdleJS {
+			b.idleTotal.Add(-1)
+		}
 		b.mu.Unlock()
 		inst.close()
 		return
@@ -93,6 +103,7 @@ func (b *jsBot) close() {
 	b.closed = true
 	idle := b.idle
 	b.idle = nil
+	b.idleTotal.Add(-int64(len(idle)))
 	b.mu.Unlock()
 	for _, inst := range idle {
 		inst.close()
@@ -804,7 +815,7 @@ func (r *Runtime) compileJS(ctx context.Context, eng *jsEngine, hash string, cod
 	if err != nil {
 		return nil, err
 	}
-	m := &Module{hash: hash, shape: JavaScript, size: len(code) + img.size, minMemory: uint64(img.size), js: &jsBot{img: img}}
+	m := &Module{hash: hash, shape: JavaScript, size: len(code) + img.size, minMemory: uint64(img.size), js: &jsBot{img: img, idleTotal: &r.jsIdle}}
 	d := time.Since(start)
 	r.metrics.compileDuration.Observe(d.Seconds())
 	r.log.Info("JavaScript bot loaded", "hash", hash, "bytes", len(code), "image_bytes", img.size, "duration", d)

@@ -4,9 +4,11 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 )
@@ -297,4 +299,33 @@ export async function handler(medplum, event) {
 	if !errors.As(err, &me) || !strings.Contains(me.Reason, "handler") {
 		t.Fatalf("no handler: %v", err)
 	}
+}
+
+// TestJSConcurrentExecutions: executions of two bots running at once, on
+// instances restored again and again, each see only their own input and the
+// image's state.
+func TestJSConcurrentExecutions(t *testing.T) {
+	r := jsRuntime(t)
+	m := compileJS(t, r, `let n = 0; exports.handler = async (medplum, event) => { n++; const a = new Array(1000).fill(event.input.k); return { n, k: a[999] }; };`)
+	trivial := compileJS(t, r, `exports.handler = async () => ({ ok: true });`)
+	var wg sync.WaitGroup
+	for g := 0; g < 4; g++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; i < 40; i++ {
+				res, err := r.Execute(context.Background(), m, Execution{Event: jsEvent(t, MediaJSON, map[string]int{"k": i})})
+				if want := fmt.Sprintf(`{"n":1,"k":%d}`, i); err != nil || string(res.Envelope.Result) != want {
+					t.Errorf("goroutine %d, execution %d: %v %s, want %s", g, i, err, res.Envelope.Result, want)
+					return
+				}
+				res, err = r.Execute(context.Background(), trivial, Execution{Event: jsEvent(t, MediaJSON, nil)})
+				if err != nil || string(res.Envelope.Result) != `{"ok":true}` {
+					t.Errorf("trivial, goroutine %d, execution %d: %v", g, i, err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
 }

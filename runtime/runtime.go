@@ -68,6 +68,7 @@ type Runtime struct {
 	jsOnce sync.Once // the JavaScript engine starts at the first JavaScript bot
 	jsEng  *jsEngine
 	jsErr  error
+	jsIdle atomic.Int64 // idle JavaScript instances, all bots together
 
 	mu          sync.RWMutex
 	modules     map[string]*Module
