@@ -115,7 +115,7 @@ test('medplum bot create and deploy ship JavaScript bots that executeBot runs', 
     assert.equal(saved.runtimeVersion, 'vmcontext');
   }
 
-  assert.deepEqual(await client.executeBot(bots.hello, { name: 'Ada' }, 'application/json'), { greeting: 'Hello, Ada' });
+  assert.deepEqual(await client.executeBot(bots.hello, { name: 'Ada' }), { greeting: 'Hello, Ada' });
 
   const msg = 'MSH|^~\\&|LAB|HOSP|EHR|HOSP|20240102030405||ORU^R01|CTRL-7|P|2.5.1\rPID|1||123||Doe^Jane\r';
   const ack = await client.executeBot(bots['hl7-ack'], msg, 'x-application/hl7-v2+er7');

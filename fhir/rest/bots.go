@@ -297,7 +297,7 @@ func (h *Handler) execute(w http.ResponseWriter, r *http.Request) {
 		h.fail(w, r, err)
 		return
 	}
-	mediaType, input, err := h.botInput(r, query, byIdentifier)
+	mediaType, input, err := h.botInput(r, query, byIdentifier, isJSBot(bot))
 	if err != nil {
 		h.fail(w, r, err)
 		return
@@ -417,8 +417,11 @@ func (h *Handler) botProject(ctx context.Context, project string, bot fhir.Resou
 	return pr, nil
 }
 
-// botInput maps the request to event.input (bot ABI, "Event").
-func (h *Handler) botInput(r *http.Request, query url.Values, byIdentifier bool) (string, json.RawMessage, error) {
+// botInput maps the request to event.input (bot ABI, "Event"). For a
+// JavaScript bot, as on the reference, an application/*+json body need not be
+// a resource (MedplumClient.executeBot sends application/fhir+json unless
+// told otherwise).
+func (h *Handler) botInput(r *http.Request, query url.Values, byIdentifier, js bool) (string, json.RawMessage, error) {
 	if r.Method == http.MethodGet {
 		if byIdentifier {
 			query.Del("identifier")
@@ -434,7 +437,11 @@ func (h *Handler) botInput(r *http.Request, query url.Values, byIdentifier bool)
 	if err != nil {
 		return "", nil, err
 	}
-	in, err := runtime.Input(mt, body)
+	inputType := mt
+	if js && mt != mediaJSON && httpx.IsJSON(mt) {
+		inputType = mediaJSON
+	}
+	in, err := runtime.Input(inputType, body)
 	var ie *runtime.InputError
 	switch {
 	case errors.As(err, &ie) && ie.Unsupported:

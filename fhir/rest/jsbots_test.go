@@ -68,6 +68,12 @@ func TestJSBotDeployAndExecute(t *testing.T) {
 		if r := c.Do("POST", "fhir/R4/Bot/"+echo+"/$execute", `{}`, "application/json"); r.Status != 200 || string(r.Body) != `"json"` {
 			t.Errorf("string to JSON: %d %s", r.Status, r.Body)
 		}
+		// What executeBot sends by default: application/fhir+json, which for
+		// a JavaScript bot (as on the reference) need not be a resource.
+		if r := c.Do("POST", "fhir/R4/Bot/"+hello+"/$execute", `{"name":"Bo"}`, "application/fhir+json"); r.Status != 200 ||
+			string(r.Body) != `{"greeting":"Hello, Bo","contentType":"application/fhir+json"}` {
+			t.Errorf("fhir+json without resourceType: %d %s", r.Status, r.Body)
+		}
 
 		// HL7 input is an Hl7Message; an Hl7Message result is its text.
 		ack := deployJS(t, c, "ack", `exports.handler = async (medplum, event) => {
