@@ -439,6 +439,10 @@ func (r *Runtime) jsEngine(ctx context.Context) (*jsEngine, error) {
 
 const jsHostModule = "env"
 
+// newJSEngine compiles the engine and builds the base image. The engine is
+// trusted code compiled as shipped (not through Compile, whose checks are for
+// bots' modules): its deadline is the interrupt hook for JavaScript and, for
+// any code shape, the runtime's close-on-context-done.
 func (r *Runtime) newJSEngine(ctx context.Context) (*jsEngine, error) {
 	wasm, core, err := jsAssets()
 	if r.cfg.noJS {
@@ -772,7 +776,7 @@ func (r *Runtime) compileJS(ctx context.Context, eng *jsEngine, hash string, cod
 				return nil, loadErr(err, "Evaluating the module")
 			}
 		case 2:
-			// Rethrow the rejection to describe it.
+			// The module threw while evaluating: describe the reason.
 			d, err := inst.callFn(ctx, eng, eng.describe, uint32(res))
 			inst.do(ctx, inst.freeValue, res)
 			if err != nil {
