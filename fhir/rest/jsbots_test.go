@@ -106,6 +106,14 @@ exports.handler = async (medplum, event) => {
 		if r.Status != 201 || string(r.Body) != `{"created":true}` || r.Header.Get("Content-Type") != "application/fhir+json" {
 			t.Errorf("Response: %d %s %s", r.Status, r.Header.Get("Content-Type"), r.Body)
 		}
+		// A Binary result: its text to a GET, the resource to a POST.
+		binary := deployJS(t, c, "binary", `exports.handler = () => ({ resourceType: 'Binary', contentType: 'text/plain', data: btoa('Hello, world!') });`, nil)
+		if r := c.Do("GET", "fhir/R4/Bot/"+binary+"/$execute", nil, ""); r.Status != 200 || string(r.Body) != "Hello, world!" || r.Header.Get("Content-Type") != "text/plain" {
+			t.Errorf("Binary to GET: %d %s %s", r.Status, r.Header.Get("Content-Type"), r.Body)
+		}
+		if r := c.Do("POST", "fhir/R4/Bot/"+binary+"/$execute", `{}`, "application/json"); r.Status != 200 || r.JSON()["resourceType"] != "Binary" || r.Header.Get("Content-Type") != "application/fhir+json" {
+			t.Errorf("Binary to POST: %d %s %s", r.Status, r.Header.Get("Content-Type"), r.Body)
+		}
 		bad := c.Create(map[string]any{"resourceType": "Bot", "name": "bad", "runtimeVersion": "vmcontext"})["id"].(string)
 		r = c.Do("POST", "fhir/R4/Bot/"+bad+"/$deploy", map[string]any{"code": "exports.handler = async () => {\n  return {;\n};", "filename": "bad.js"}, "")
 		if r.Status != 400 || !strings.Contains(r.Issue(), "SyntaxError") || !strings.Contains(r.Issue(), "bad.js, line 2, column") {

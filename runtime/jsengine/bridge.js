@@ -231,6 +231,22 @@
     }
     if (value instanceof core.Hl7Message) value = value.toString();
     if (value === undefined) return '{}';
+    if (value && typeof value === 'object' && value.resourceType === 'Binary') {
+      // As the reference sends a Binary: its content, with its content type,
+      // to a GET that does not ask for FHIR JSON (when the content is text);
+      // else the resource as FHIR JSON.
+      const accept = (event.headers && event.headers.accept) || '';
+      if (event.contentType === '' && !accept.includes('application/fhir+json') && typeof value.data === 'string') {
+        try {
+          const bytes = Uint8Array.from(atob(value.data), (c) => c.charCodeAt(0));
+          const text = new TextDecoder('utf-8', { fatal: true }).decode(bytes);
+          return JSON.stringify({ result: text, contentType: value.contentType || 'application/octet-stream' });
+        } catch {
+          // not text: the resource itself
+        }
+      }
+      return JSON.stringify({ result: value, contentType: 'application/fhir+json' });
+    }
     const s = JSON.stringify({ result: value });
     return s;
   };
