@@ -58,11 +58,12 @@ type jsBot struct {
 	closed bool
 }
 
-// Idle instances kept, per bot and in all: each holds a memory reservation
+// Idle instances kept, per bot (as many as connections commonly run one bot
+// at once) and in all: each holds a memory reservation
 // (address space), the pages its executions wrote (a few hundred KiB,
 // copies of the image's) and wazero's per-function stacks.
 const (
-	maxIdleJS      = 4
+	maxIdleJS      = 8
 	maxIdleJSTotal = 64
 )
 
