@@ -2,6 +2,8 @@ package fhir
 
 import (
 	"encoding/json"
+	"math"
+	"strconv"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -12,18 +14,24 @@ type IndexKind int
 
 // Index kinds.
 const (
-	TokenIndex  IndexKind = iota // tokens, booleans and references: (system, value)
+	TokenIndex  IndexKind = iota // tokens, booleans, uris and references: (system, value)
 	StringIndex                  // strings: normalised and exact
 	DateIndex                    // date ranges [Lo, Hi)
+	NumberIndex                  // numbers and quantities: [Num, NumHi] with a unit (System, Value)
 )
 
-// IndexValue is one searchable value extracted from a resource.
+// IndexValue is one searchable value extracted from a resource. A
+// reference "Type/id" is the token (Type, id); any other reference (a URL,
+// a canonical) is the token ("", reference).
 type IndexValue struct {
 	Code   string
 	Kind   IndexKind
-	System string // tokens only
-	Value  string // token value, reference, or exact string
+	System string
+	Value  string
 	Lo, Hi time.Time
+	// Num and NumHi bound a number or quantity: equal for a single value,
+	// the ends of a Range (±Inf when open).
+	Num, NumHi float64
 }
 
 // KindOf is the index kind of a parameter type.
@@ -33,6 +41,8 @@ func KindOf(t ParamType) IndexKind {
 		return StringIndex
 	case DateParam:
 		return DateIndex
+	case NumberParam, QuantityParam:
+		return NumberIndex
 	default:
 		return TokenIndex
 	}
@@ -56,7 +66,7 @@ func boundValue(v IndexValue) (IndexValue, bool) {
 			}
 			v.Value = v.Value[:cut]
 		}
-	case TokenIndex:
+	case TokenIndex, NumberIndex:
 		if len(v.Value) > MaxIndexedValue || len(v.System) > MaxIndexedValue {
 			return v, false
 		}
@@ -67,71 +77,40 @@ func boundValue(v IndexValue) (IndexValue, bool) {
 // NormalizeString is how string parameters are compared: case-insensitive.
 func NormalizeString(s string) string { return strings.ToLower(strings.TrimSpace(s)) }
 
-// Extract computes every index value of r for the parameters of its type.
+// Extract computes every index value of r for the parameters of its type,
+// by evaluating each parameter's FHIRPath expression.
 func Extract(r Resource) []IndexValue {
 	var out []IndexValue
 	for _, p := range IndexedParams(r.Type()) {
-		seen := map[IndexValue]bool{}
-		for _, path := range p.Paths {
-			for _, node := range walkPath(map[string]any(r), strings.Split(path, ".")) {
-				for _, v := range valuesOf(p, node) {
-					v.Code = p.Code
-					v.Kind = KindOf(p.Type)
-					v, ok := boundValue(v)
-					if ok && !seen[v] {
-						seen[v] = true
-						out = append(out, v)
-					}
+		var seen map[IndexValue]bool
+		for _, node := range p.path.Eval(r) {
+			for _, v := range valuesOf(p, node) {
+				v.Code = p.Code
+				v.Kind = KindOf(p.Type)
+				v, ok := boundValue(v)
+				if !ok || seen[v] {
+					continue
 				}
+				if seen == nil {
+					seen = map[IndexValue]bool{}
+				}
+				seen[v] = true
+				out = append(out, v)
 			}
 		}
 	}
 	return out
 }
 
-// walkPath follows a dotted path, flattening arrays, applying "[k=v]" filters.
-func walkPath(v any, path []string) []any {
-	if len(path) == 0 {
-		if arr, ok := v.([]any); ok {
-			return arr
+// ExtractParam computes the index values of one parameter.
+func ExtractParam(r Resource, p *SearchParam) []IndexValue {
+	var out []IndexValue
+	for _, v := range Extract(r) {
+		if v.Code == p.Code {
+			out = append(out, v)
 		}
-		return []any{v}
 	}
-	if arr, ok := v.([]any); ok {
-		var out []any
-		for _, x := range arr {
-			out = append(out, walkPath(x, path)...)
-		}
-		return out
-	}
-	obj, ok := v.(map[string]any)
-	if !ok {
-		return nil
-	}
-	step := path[0]
-	var filterKey, filterVal string
-	if i := strings.IndexByte(step, '['); i > 0 && strings.HasSuffix(step, "]") {
-		filterKey, filterVal, _ = strings.Cut(step[i+1:len(step)-1], "=")
-		step = step[:i]
-	}
-	next, ok := obj[step]
-	if !ok {
-		return nil
-	}
-	if filterKey != "" {
-		var kept []any
-		items, isArr := next.([]any)
-		if !isArr {
-			items = []any{next}
-		}
-		for _, it := range items {
-			if m, ok := it.(map[string]any); ok && m[filterKey] == filterVal {
-				kept = append(kept, it)
-			}
-		}
-		next = kept
-	}
-	return walkPath(next, path[1:])
+	return out
 }
 
 func valuesOf(p *SearchParam, node any) []IndexValue {
@@ -142,26 +121,33 @@ func valuesOf(p *SearchParam, node any) []IndexValue {
 		return dateValues(node)
 	case ReferenceParam:
 		if ref := referenceOf(node); ref != "" {
-			return []IndexValue{{Value: ref}}
+			return []IndexValue{ReferenceValue(ref)}
 		}
 		return nil
 	case BooleanParam:
 		if b, ok := node.(bool); ok {
-			if b {
-				return []IndexValue{{Value: "true"}}
-			}
-			return []IndexValue{{Value: "false"}}
+			return []IndexValue{{Value: strconv.FormatBool(b)}}
+		}
+		return nil
+	case NumberParam, QuantityParam:
+		return numberValues(node)
+	case URIParam:
+		if s, ok := node.(string); ok && s != "" {
+			return []IndexValue{{Value: s}}
 		}
 		return nil
 	default:
-		if p.Derive == ReferenceType {
-			if typ, _, ok := SplitReference(referenceOf(node)); ok {
-				return []IndexValue{{Value: typ}}
-			}
-			return nil
-		}
 		return tokenValues(node)
 	}
+}
+
+// ReferenceValue is how a reference is indexed and searched: "Type/id" as
+// (Type, id), anything else as ("", reference).
+func ReferenceValue(ref string) IndexValue {
+	if typ, id, ok := SplitReference(ref); ok && KnownType(typ) {
+		return IndexValue{System: typ, Value: id}
+	}
+	return IndexValue{Value: ref}
 }
 
 func referenceOf(node any) string {
@@ -169,7 +155,7 @@ func referenceOf(node any) string {
 	case map[string]any:
 		s, _ := t["reference"].(string)
 		return s
-	case string:
+	case string: // canonical, uri
 		return t
 	}
 	return ""
@@ -245,7 +231,14 @@ func dateValues(node any) []IndexValue {
 			return nil
 		}
 		return []IndexValue{{Lo: lo, Hi: hi}}
-	case map[string]any: // Period
+	case map[string]any: // Period; Timing
+		if events, ok := t["event"].([]any); ok {
+			var out []IndexValue
+			for _, e := range events {
+				out = append(out, dateValues(e)...)
+			}
+			return out
+		}
 		start, _ := t["start"].(string)
 		end, _ := t["end"].(string)
 		lo, hi := time.Unix(-62135596800, 0).UTC(), time.Unix(253402300799, 0).UTC()
@@ -265,6 +258,66 @@ func dateValues(node any) []IndexValue {
 		return []IndexValue{{Lo: lo, Hi: hi}}
 	}
 	return nil
+}
+
+// numberValues reads a number, a Quantity (value, unit) or a Range.
+func numberValues(node any) []IndexValue {
+	switch t := node.(type) {
+	case json.Number:
+		f, err := strconv.ParseFloat(t.String(), 64)
+		if err != nil {
+			return nil
+		}
+		return []IndexValue{{Num: f, NumHi: f}}
+	case map[string]any:
+		low, lok := t["low"].(map[string]any)
+		high, hok := t["high"].(map[string]any)
+		if lok || hok { // Range
+			v := IndexValue{Num: -math.MaxFloat64, NumHi: math.MaxFloat64} // an open end
+			for _, q := range []map[string]any{low, high} {
+				if q == nil {
+					continue
+				}
+				sys, code := quantityUnit(q)
+				if v.Value == "" {
+					v.System, v.Value = sys, code
+				}
+			}
+			if f, ok := quantityNumber(low); ok {
+				v.Num = f
+			}
+			if f, ok := quantityNumber(high); ok {
+				v.NumHi = f
+			}
+			return []IndexValue{v}
+		}
+		f, ok := quantityNumber(t)
+		if !ok {
+			return nil
+		}
+		sys, code := quantityUnit(t)
+		return []IndexValue{{Num: f, NumHi: f, System: sys, Value: code}}
+	}
+	return nil
+}
+
+func quantityNumber(q map[string]any) (float64, bool) {
+	n, ok := q["value"].(json.Number)
+	if !ok {
+		return 0, false
+	}
+	f, err := strconv.ParseFloat(n.String(), 64)
+	return f, err == nil
+}
+
+// quantityUnit is a Quantity's system and code, the unit when it has no code.
+func quantityUnit(q map[string]any) (system, code string) {
+	system, _ = q["system"].(string)
+	code, _ = q["code"].(string)
+	if code == "" {
+		code, _ = q["unit"].(string)
+	}
+	return system, code
 }
 
 // ParseDateRange parses a FHIR date, dateTime or instant into the half-open

@@ -1,6 +1,7 @@
 package fhir
 
 import (
+	"math"
 	"net/url"
 	"strconv"
 	"strings"
@@ -13,8 +14,9 @@ const (
 	MaxCount     = 1000
 	MaxOffset    = 10000
 	// MaxOrValues bounds the values of one parameter and MaxFilters the
-	// parameters of one search: each becomes a SQL condition, and SQLite
-	// refuses expressions nested deeper than 1000 (a 500 otherwise).
+	// parameters of one search (_filter comparisons included): each becomes
+	// a SQL condition, and SQLite refuses expressions nested deeper than
+	// 1000 (a 500 otherwise).
 	MaxOrValues = 200
 	MaxFilters  = 100
 )
@@ -24,9 +26,13 @@ const (
 type SearchRequest struct {
 	ResourceType string
 	Filters      []Filter
-	Count        int
-	Offset       int
-	Sort         []SortRule
+	// Expr holds the _filter expressions, each ANDed with Filters.
+	Expr []*FilterExpr
+	// FilterText is the _filter values as given, for the Bundle links.
+	FilterText []string
+	Count      int
+	Offset     int
+	Sort       []SortRule
 	// Total is "", "none", "estimate" or "accurate".
 	Total string
 	// AnyOf restricts the search beyond Filters: a resource must match every
@@ -38,34 +44,53 @@ type SearchRequest struct {
 // Filter is one parameter of a search.
 type Filter struct {
 	Param *SearchParam
-	// Modifier is "", "not", "exact", "missing" or "contains".
+	// Modifier is "", "not", "exact", "missing", "contains" or "below" as a
+	// query gives them, or "iexact" (case-insensitive equality) and
+	// "endswith" for strings compared by _filter's eq and ew.
 	Modifier string
-	Values   []FilterValue
+	// TargetType restricts a reference parameter to references to one type
+	// (the :Type modifier, or the type of a chain).
+	TargetType string
+	// Chain, on a reference parameter, is a search of the referenced type
+	// ("subject:Patient.name=x"): the filter matches a resource that
+	// references a resource matching Chain.
+	Chain  *Filter
+	Values []FilterValue
 }
 
 // FilterValue is one OR-ed value of a filter.
 type FilterValue struct {
 	// Raw is the value as given (after percent-decoding and \, unescaping).
 	Raw string
-	// Prefix is the comparator of date values: eq, ne, gt, lt, ge, le.
+	// Prefix is the comparator of date, number and quantity values: eq, ne,
+	// gt, lt, ge, le, sa, eb or ap.
 	Prefix string
 	// System and Code split a token "system|code"; HasSystem is false when the
-	// value had no "|" (any system matches).
+	// value had no "|" (any system matches). A reference "Type/id" is the
+	// token (Type, id); a bare id has no system; any other reference (a URL)
+	// has the system "". A quantity's unit is (System, Code).
 	System, Code string
 	HasSystem    bool
 	// Lo and Hi bound a date value.
 	Lo, Hi time.Time
+	// Num is a number or quantity value; NumLo and NumHi the range its
+	// precision denotes ("100" is [99.5, 100.5)).
+	Num, NumLo, NumHi float64
 }
 
-// SortRule is one _sort key.
+// SortRule is one _sort key: a resource row column or a parameter.
 type SortRule struct {
-	Column     string // a resource row column: "last_updated" or "id"
+	// Column is "last_updated" or "id" for _lastUpdated and _id.
+	Column string
+	// Param is the parameter sorted by when Column is empty.
+	Param      *SearchParam
 	Descending bool
 }
 
-// ignoredParams are accepted and ignored, as a FHIR server does with
-// presentation-only parameters.
-var ignoredParams = map[string]bool{"_format": true, "_pretty": true}
+// ignoredParams are accepted and ignored: presentation parameters, and the
+// element selections (_fields, _elements), which only shorten what is sent:
+// the whole resource is sent instead.
+var ignoredParams = map[string]bool{"_format": true, "_pretty": true, "_fields": true, "_elements": true}
 
 // ParseSearch parses a raw query string for a resource type. Names and values
 // are percent-decoded before modifiers (":") and OR-lists (",") are split, as
@@ -95,6 +120,15 @@ func ParseSearch(resourceType, rawQuery string) (*SearchRequest, error) {
 	return req, nil
 }
 
+// filterCount is the number of conditions the request holds.
+func (req *SearchRequest) filterCount() int {
+	n := len(req.Filters)
+	for _, e := range req.Expr {
+		n += e.size()
+	}
+	return n
+}
+
 func (req *SearchRequest) add(name, value string) error {
 	switch name {
 	case "_count":
@@ -121,46 +155,107 @@ func (req *SearchRequest) add(name, value string) error {
 			return nil
 		}
 		return Invalid("Invalid _total: "+value, "_total")
+	case "_summary":
+		switch value {
+		case "count":
+			req.Count, req.Total = 0, "accurate"
+			return nil
+		case "true", "false", "text", "data":
+			return nil // the whole resource is sent
+		}
+		return Invalid("Invalid _summary: "+value, "_summary")
 	case "_sort":
 		for _, key := range strings.Split(value, ",") {
 			desc := strings.HasPrefix(key, "-")
 			key = strings.TrimPrefix(key, "-")
 			p := LookupParam(req.ResourceType, key)
-			if p == nil || (p.Column != "id" && p.Column != "last_updated") {
+			if p == nil || (p.Column != "" && p.Column != "id" && p.Column != "last_updated") {
 				return Invalid("Unsupported sort parameter: "+key, "_sort")
 			}
-			req.Sort = append(req.Sort, SortRule{Column: p.Column, Descending: desc})
+			if len(req.Sort) >= 8 {
+				return Invalid("Too many sort keys (max 8)", "_sort")
+			}
+			rule := SortRule{Column: p.Column, Descending: desc}
+			if p.Column == "" {
+				rule.Param = p
+			}
+			req.Sort = append(req.Sort, rule)
+		}
+		return nil
+	case "_filter":
+		e, err := ParseFilterExpr(req.ResourceType, value)
+		if err != nil {
+			return err
+		}
+		req.Expr = append(req.Expr, e)
+		req.FilterText = append(req.FilterText, value)
+		if req.filterCount() > MaxFilters {
+			return Invalid("Too many search parameters (max " + strconv.Itoa(MaxFilters) + ")")
 		}
 		return nil
 	}
 	if ignoredParams[name] {
 		return nil
 	}
-	code, modifier, _ := strings.Cut(name, ":")
-	p := LookupParam(req.ResourceType, code)
-	if p == nil {
-		return Invalid("Unknown search parameter: " + code)
-	}
-	f := Filter{Param: p, Modifier: modifier}
-	if err := checkModifier(p, modifier); err != nil {
+	f, err := parseFilter(req.ResourceType, name, value, true)
+	if err != nil {
 		return err
 	}
-	raws := splitOr(value)
-	if len(raws) > MaxOrValues {
-		return Invalid("Too many values for search parameter "+code+" (max "+strconv.Itoa(MaxOrValues)+")", code)
-	}
-	if len(req.Filters) >= MaxFilters {
+	if req.filterCount() >= MaxFilters {
 		return Invalid("Too many search parameters (max " + strconv.Itoa(MaxFilters) + ")")
-	}
-	for _, raw := range raws {
-		v, err := parseValue(p, modifier, raw)
-		if err != nil {
-			return err
-		}
-		f.Values = append(f.Values, v)
 	}
 	req.Filters = append(req.Filters, f)
 	return nil
+}
+
+// parseFilter parses one "name=value" of a query; chain allows one
+// "reference.param" or "reference:Type.param" step.
+func parseFilter(resourceType, name, value string, chain bool) (Filter, error) {
+	head, rest, chained := strings.Cut(name, ".")
+	code, modifier, _ := strings.Cut(head, ":")
+	p := LookupParam(resourceType, code)
+	if p == nil {
+		return Filter{}, Invalid("Unknown search parameter: " + code)
+	}
+	f := Filter{Param: p}
+	if p.Type == ReferenceParam && modifier != "" && KnownType(modifier) {
+		f.TargetType = modifier
+		modifier = ""
+	}
+	if chained {
+		if !chain || p.Type != ReferenceParam || modifier != "" {
+			return Filter{}, Invalid("Unsupported chained search: " + name)
+		}
+		target := f.TargetType
+		if target == "" {
+			if len(p.Target) != 1 {
+				return Filter{}, Invalid("Chained search on " + code + " must name the target type (" + code + ":Type." + rest + ")")
+			}
+			target = p.Target[0]
+		}
+		inner, err := parseFilter(target, rest, value, false)
+		if err != nil {
+			return Filter{}, err
+		}
+		f.TargetType, f.Chain = target, &inner
+		return f, nil
+	}
+	f.Modifier = modifier
+	if err := checkModifier(p, modifier); err != nil {
+		return Filter{}, err
+	}
+	raws := splitOr(value)
+	if len(raws) > MaxOrValues {
+		return Filter{}, Invalid("Too many values for search parameter "+code+" (max "+strconv.Itoa(MaxOrValues)+")", code)
+	}
+	for _, raw := range raws {
+		v, err := ParseValue(p, modifier, raw)
+		if err != nil {
+			return Filter{}, err
+		}
+		f.Values = append(f.Values, v)
+	}
+	return f, nil
 }
 
 func checkModifier(p *SearchParam, modifier string) error {
@@ -169,9 +264,11 @@ func checkModifier(p *SearchParam, modifier string) error {
 	case "", "missing":
 		ok = true
 	case "not":
-		ok = p.Type == TokenParam || p.Type == BooleanParam || p.Type == ReferenceParam
+		ok = p.Type == TokenParam || p.Type == BooleanParam || p.Type == ReferenceParam || p.Type == URIParam
 	case "exact", "contains":
 		ok = p.Type == StringParam
+	case "below":
+		ok = p.Type == URIParam
 	}
 	if modifier == "missing" && p.Column != "" {
 		ok = false
@@ -201,9 +298,20 @@ func splitOr(s string) []string {
 	return append(out, cur.String())
 }
 
-var datePrefixes = []string{"eq", "ne", "gt", "lt", "ge", "le"}
+var comparePrefixes = []string{"eq", "ne", "gt", "lt", "ge", "le", "sa", "eb", "ap"}
 
-func parseValue(p *SearchParam, modifier, raw string) (FilterValue, error) {
+// cutPrefix splits a comparator prefix off a date, number or quantity value.
+func cutPrefix(raw string) (prefix, rest string) {
+	for _, pre := range comparePrefixes {
+		if strings.HasPrefix(raw, pre) {
+			return pre, raw[2:]
+		}
+	}
+	return "eq", raw
+}
+
+// ParseValue parses one value of a parameter (for a modifier).
+func ParseValue(p *SearchParam, modifier, raw string) (FilterValue, error) {
 	v := FilterValue{Raw: raw}
 	if modifier == "missing" {
 		if raw != "true" && raw != "false" {
@@ -230,25 +338,73 @@ func parseValue(p *SearchParam, modifier, raw string) (FilterValue, error) {
 		v.Code = raw
 		if p.Column == "project_id" {
 			v.Code = strings.TrimPrefix(raw, "Project/")
+			break
+		}
+		switch rv := ReferenceValue(raw); {
+		case rv.System != "":
+			v.System, v.Code, v.HasSystem = rv.System, rv.Value, true
+		case ValidID(raw):
+			v.Code = raw // any type
+		default:
+			v.HasSystem = true // a URL or other reference: exactly as stored
 		}
 	case DateParam:
-		v.Prefix = "eq"
 		s := raw
-		for _, pre := range datePrefixes {
-			if strings.HasPrefix(s, pre) {
-				v.Prefix, s = pre, s[2:]
-				break
-			}
-		}
+		v.Prefix, s = cutPrefix(s)
 		lo, hi, err := ParseDateRange(s)
 		if err != nil {
 			return v, Invalid("Invalid date value for " + p.Code + ": " + raw)
 		}
 		v.Lo, v.Hi = lo, hi
-	case StringParam:
+	case NumberParam, QuantityParam:
+		s := raw
+		v.Prefix, s = cutPrefix(s)
+		num, unit, hasUnit := strings.Cut(s, "|")
+		if hasUnit && p.Type == NumberParam {
+			return v, Invalid("Invalid number value for " + p.Code + ": " + raw)
+		}
+		n, lo, hi, err := parseNumberRange(num)
+		if err != nil {
+			return v, Invalid("Invalid "+string(p.Type)+" value for "+p.Code+": "+raw, p.Code)
+		}
+		v.Num, v.NumLo, v.NumHi = n, lo, hi
+		if hasUnit {
+			v.System, v.Code, _ = strings.Cut(unit, "|")
+			if !strings.Contains(unit, "|") { // "5.4||mg" is system|code; "5.4|mg" is a bare code
+				v.System, v.Code = "", unit
+			}
+			v.HasSystem = v.System != ""
+		}
+	case StringParam, URIParam:
 		v.Code = raw
 	}
 	return v, nil
+}
+
+// parseNumberRange parses a decimal and the range its precision denotes:
+// "100" is [99.5, 100.5), "1.50" is [1.495, 1.505), "1e2" is [50, 150).
+func parseNumberRange(s string) (n, lo, hi float64, err error) {
+	if s == "" || len(s) > 64 {
+		return 0, 0, 0, Invalid("invalid number")
+	}
+	n, err = strconv.ParseFloat(s, 64)
+	if err != nil || math.IsInf(n, 0) || math.IsNaN(n) {
+		return 0, 0, 0, Invalid("invalid number")
+	}
+	mant, exp := strings.ToLower(s), 0
+	if i := strings.IndexByte(mant, 'e'); i >= 0 {
+		exp, err = strconv.Atoi(mant[i+1:])
+		if err != nil {
+			return 0, 0, 0, Invalid("invalid number")
+		}
+		mant = mant[:i]
+	}
+	decimals := 0
+	if i := strings.IndexByte(mant, '.'); i >= 0 {
+		decimals = len(mant) - i - 1
+	}
+	half := 0.5 * math.Pow(10, float64(exp-decimals))
+	return n, n - half, n + half, nil
 }
 
 // Query re-encodes the request as a query string (used for Bundle links).
@@ -256,24 +412,20 @@ func (req *SearchRequest) Query(offset int) string {
 	q := url.Values{}
 	var parts []string
 	for _, f := range req.Filters {
-		name := f.Param.Code
-		if f.Modifier != "" {
-			name += ":" + f.Modifier
-		}
-		vals := make([]string, len(f.Values))
-		for i, v := range f.Values {
-			vals[i] = strings.ReplaceAll(v.Raw, ",", `\,`)
-			if f.Param.Type == DateParam && !strings.HasPrefix(v.Raw, v.Prefix) {
-				vals[i] = v.Prefix + vals[i]
-			}
-		}
-		parts = append(parts, url.QueryEscape(name)+"="+url.QueryEscape(strings.Join(vals, ",")))
+		name, value := f.queryPart()
+		parts = append(parts, url.QueryEscape(name)+"="+url.QueryEscape(value))
+	}
+	for _, s := range req.FilterText {
+		parts = append(parts, "_filter="+url.QueryEscape(s))
 	}
 	if len(req.Sort) > 0 {
 		keys := make([]string, len(req.Sort))
 		for i, s := range req.Sort {
 			k := "_lastUpdated"
-			if s.Column == "id" {
+			switch {
+			case s.Param != nil:
+				k = s.Param.Code
+			case s.Column == "id":
 				k = "_id"
 			}
 			if s.Descending {
@@ -294,4 +446,24 @@ func (req *SearchRequest) Query(offset int) string {
 		parts = append(parts, enc)
 	}
 	return strings.Join(parts, "&")
+}
+
+// queryPart is the filter as a query's name and value.
+func (f Filter) queryPart() (string, string) {
+	name := f.Param.Code
+	if f.Chain != nil {
+		n, v := f.Chain.queryPart()
+		return name + ":" + f.TargetType + "." + n, v
+	}
+	if f.TargetType != "" {
+		name += ":" + f.TargetType
+	}
+	if f.Modifier != "" {
+		name += ":" + f.Modifier
+	}
+	vals := make([]string, len(f.Values))
+	for i, v := range f.Values {
+		vals[i] = strings.ReplaceAll(strings.ReplaceAll(v.Raw, `\`, `\\`), ",", `\,`)
+	}
+	return name, strings.Join(vals, ",")
 }

@@ -1,144 +1,196 @@
 package fhir
 
-import "sort"
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"io"
+	"sort"
+	"strings"
+)
+
+//go:generate go run ./internal/gensearch -o searchparams_gen.go
 
 // ParamType is the FHIR search parameter type, which decides how values are
 // indexed and compared.
 type ParamType string
 
-// Supported search parameter types.
+// Supported search parameter types. Composite and special parameters are
+// not in the table.
 const (
 	TokenParam     ParamType = "token"     // system|code; indexed as (system, value)
-	StringParam    ParamType = "string"    // prefix match, case-insensitive; :exact
-	ReferenceParam ParamType = "reference" // "Type/id"
-	DateParam      ParamType = "date"      // ranges with eq/ne/gt/lt/ge/le
-	BooleanParam   ParamType = "boolean"   // a token that only takes true/false
+	StringParam    ParamType = "string"    // prefix match, case-insensitive; :exact, :contains
+	ReferenceParam ParamType = "reference" // "Type/id", "id", a URL; :Type, chains
+	DateParam      ParamType = "date"      // ranges with eq/ne/gt/lt/ge/le/sa/eb/ap
+	BooleanParam   ParamType = "boolean"   // a token whose element is a boolean: only true/false
+	NumberParam    ParamType = "number"    // decimal with implicit precision and prefixes
+	QuantityParam  ParamType = "quantity"  // number|system|code
+	URIParam       ParamType = "uri"       // exact; :below is a prefix
 )
 
-// Derivation transforms an extracted value before it is indexed.
-type Derivation int
+// FHIRType is the type a parameter has in FHIR (a boolean parameter is a
+// token there), for CapabilityStatement and GraphQL.
+func (t ParamType) FHIRType() string {
+	if t == BooleanParam {
+		return string(TokenParam)
+	}
+	return string(t)
+}
 
-// Derivations.
-const (
-	// NoDerivation indexes the value as found.
-	NoDerivation Derivation = iota
-	// ReferenceType indexes the resource type of a reference ("Patient/1" ->
-	// "Patient"), which is how the reference platform's resolve() behaves.
-	ReferenceType
-)
+// SearchParamDef is one SearchParameter definition as the generated table
+// (searchparams_gen.go) holds it: the fields of the SearchParameter resource
+// the server uses. Type is BooleanParam for a token whose expression ends on
+// boolean elements (the generator looks them up in the StructureDefinitions).
+type SearchParamDef struct {
+	URL        string
+	Code       string
+	Type       ParamType
+	Base       []string
+	Expression string
+	Target     []string
+}
 
-// SearchParam declares one search parameter. Adding a parameter is adding one
-// row to SearchParams: the store indexes every path listed here on write and
-// searches them with the same generic SQL.
+// SearchParam is one search parameter of one resource type: the part of a
+// definition's expression that applies to that type, compiled.
 type SearchParam struct {
-	Code string
-	Type ParamType
-	// Base lists the resource types the parameter applies to; "*" for all.
-	Base []string
-	// Paths are dotted paths into the resource; an element may carry a filter
-	// "[field=value]" (e.g. "telecom[system=email].value"). Several paths are ORed.
-	Paths []string
-	// Derive transforms extracted values (see Derivation).
-	Derive Derivation
+	Code         string
+	Type         ParamType
+	ResourceType string
+	// Expression is the FHIRPath the values are extracted with (the
+	// definition's, for every type it applies to).
+	Expression string
+	// Target lists the resource types a reference parameter may point to.
+	Target []string
+	// URL is the canonical url of the SearchParameter definition.
+	URL string
 	// Column is set for parameters answered from the resource row itself
 	// (_id, _lastUpdated, _project) instead of the search index.
 	Column string
+
+	path *PathExpr
 }
 
-var humanProfiles = []string{"Patient", "Practitioner", "RelatedPerson"}
+// columnParams are answered from the resource row instead of the index;
+// _project is the server's own (the reference has it too, without a
+// SearchParameter).
+var columnParams = map[string]string{"_id": "id", "_lastUpdated": "last_updated", "_project": "project_id"}
 
-// SearchParams is the table of every supported search parameter.
-var SearchParams = []SearchParam{
-	{Code: "_id", Type: TokenParam, Base: []string{"*"}, Column: "id"},
-	{Code: "_lastUpdated", Type: DateParam, Base: []string{"*"}, Column: "last_updated"},
-	{Code: "_project", Type: ReferenceParam, Base: []string{"*"}, Column: "project_id"},
-
-	{Code: "identifier", Type: TokenParam, Base: []string{"Patient", "Practitioner", "RelatedPerson", "Bot", "Project", "ClientApplication", "ProjectMembership", "Organization", "Observation", "Encounter"}, Paths: []string{"identifier"}},
-	{Code: "name", Type: StringParam, Base: []string{"Patient", "Practitioner", "RelatedPerson", "Bot", "Project", "ClientApplication", "Organization", "AccessPolicy"}, Paths: []string{"name"}},
-	{Code: "family", Type: StringParam, Base: humanProfiles, Paths: []string{"name.family"}},
-	{Code: "given", Type: StringParam, Base: humanProfiles, Paths: []string{"name.given"}},
-	{Code: "email", Type: TokenParam, Base: humanProfiles, Paths: []string{"telecom[system=email].value"}},
-	{Code: "phone", Type: TokenParam, Base: humanProfiles, Paths: []string{"telecom[system=phone].value"}},
-	{Code: "telecom", Type: TokenParam, Base: humanProfiles, Paths: []string{"telecom.value"}},
-	{Code: "birthdate", Type: DateParam, Base: []string{"Patient", "RelatedPerson"}, Paths: []string{"birthDate"}},
-	{Code: "gender", Type: TokenParam, Base: humanProfiles, Paths: []string{"gender"}},
-	{Code: "active", Type: BooleanParam, Base: []string{"Patient", "Practitioner", "RelatedPerson", "Organization"}, Paths: []string{"active"}},
-	{Code: "patient", Type: ReferenceParam, Base: []string{"RelatedPerson", "Observation", "Encounter"}, Paths: []string{"patient", "subject"}},
-	{Code: "subject", Type: ReferenceParam, Base: []string{"Observation", "Encounter", "Communication"}, Paths: []string{"subject"}},
-	{Code: "code", Type: TokenParam, Base: []string{"Observation"}, Paths: []string{"code"}},
-
-	{Code: "email", Type: TokenParam, Base: []string{"User"}, Paths: []string{"email"}},
-	{Code: "project", Type: ReferenceParam, Base: []string{"User"}, Paths: []string{"project"}},
-	{Code: "external-id", Type: StringParam, Base: []string{"User"}, Paths: []string{"externalId"}},
-
-	{Code: "project", Type: ReferenceParam, Base: []string{"ProjectMembership"}, Paths: []string{"project"}},
-	{Code: "user", Type: ReferenceParam, Base: []string{"ProjectMembership"}, Paths: []string{"user"}},
-	{Code: "profile", Type: ReferenceParam, Base: []string{"ProjectMembership"}, Paths: []string{"profile"}},
-	{Code: "profile-type", Type: TokenParam, Base: []string{"ProjectMembership"}, Paths: []string{"profile"}, Derive: ReferenceType},
-	{Code: "admin", Type: BooleanParam, Base: []string{"ProjectMembership"}, Paths: []string{"admin"}},
-	{Code: "active", Type: BooleanParam, Base: []string{"ProjectMembership"}, Paths: []string{"active"}},
-	{Code: "external-id", Type: StringParam, Base: []string{"ProjectMembership"}, Paths: []string{"externalId"}},
-	{Code: "user-name", Type: StringParam, Base: []string{"ProjectMembership"}, Paths: []string{"userName"}},
-	{Code: "access-policy", Type: ReferenceParam, Base: []string{"ProjectMembership"}, Paths: []string{"accessPolicy", "access.policy"}},
-
-	{Code: "user", Type: ReferenceParam, Base: []string{"Login"}, Paths: []string{"user"}},
-
-	{Code: "entity", Type: ReferenceParam, Base: []string{"AuditEvent"}, Paths: []string{"entity.what"}},
-	{Code: "type", Type: TokenParam, Base: []string{"AuditEvent"}, Paths: []string{"type"}},
-	{Code: "outcome", Type: TokenParam, Base: []string{"AuditEvent"}, Paths: []string{"outcome"}},
-	{Code: "date", Type: DateParam, Base: []string{"AuditEvent"}, Paths: []string{"recorded"}},
-
-	{Code: "url", Type: StringParam, Base: []string{"Binary"}, Paths: []string{"url"}},
+var serverParamDefs = []SearchParamDef{
+	{URL: "https://medplum.com/fhir/SearchParameter/Resource-project", Code: "_project", Type: ReferenceParam, Base: []string{"Resource"}, Expression: "Resource.meta.project", Target: []string{"Project"}},
 }
 
-var paramIndex = func() map[string]map[string]*SearchParam {
-	idx := map[string]map[string]*SearchParam{}
-	for i := range SearchParams {
-		p := &SearchParams[i]
-		for _, b := range p.Base {
-			if idx[b] == nil {
-				idx[b] = map[string]*SearchParam{}
+// SkippedParam is a definition the server does not search by, and why.
+type SkippedParam struct {
+	Code, Base, Expression, Reason string
+}
+
+var (
+	paramIndex    map[string]map[string]*SearchParam
+	paramLists    map[string][]*SearchParam // by type, sorted by code
+	indexedLists  map[string][]*SearchParam // the same without Column parameters
+	skippedParams []SkippedParam
+)
+
+func init() {
+	paramIndex, skippedParams = buildParamIndex(append(append([]SearchParamDef{}, searchParamDefs...), serverParamDefs...))
+	paramLists, indexedLists = map[string][]*SearchParam{}, map[string][]*SearchParam{}
+	for typ, params := range paramIndex {
+		list := make([]*SearchParam, 0, len(params))
+		for _, p := range params {
+			list = append(list, p)
+		}
+		sort.Slice(list, func(i, j int) bool { return list[i].Code < list[j].Code })
+		paramLists[typ] = list
+		for _, p := range list {
+			if p.Column == "" {
+				indexedLists[typ] = append(indexedLists[typ], p)
 			}
-			if _, dup := idx[b][p.Code]; dup {
-				panic("fhir: duplicate search parameter " + b + "." + p.Code)
-			}
-			idx[b][p.Code] = p
 		}
 	}
-	return idx
-}()
+}
+
+// buildParamIndex compiles the definitions for every type they apply to.
+// Definitions whose expression is outside the supported FHIRPath subset are
+// skipped, with the reason.
+func buildParamIndex(defs []SearchParamDef) (map[string]map[string]*SearchParam, []SkippedParam) {
+	idx := map[string]map[string]*SearchParam{}
+	var skipped []SkippedParam
+	for _, d := range defs {
+		expr, err := ParsePath(d.Expression)
+		if d.Expression == "" {
+			err = errNoExpression
+		}
+		if err != nil {
+			skipped = append(skipped, SkippedParam{Code: d.Code, Base: strings.Join(d.Base, ","), Expression: d.Expression, Reason: err.Error()})
+			continue
+		}
+		var types []string
+		for _, b := range d.Base {
+			if b == "Resource" || b == "DomainResource" {
+				types = append(types, KnownTypeNames()...)
+			} else if KnownType(b) {
+				types = append(types, b)
+			}
+		}
+		for _, t := range types {
+			if idx[t] == nil {
+				idx[t] = map[string]*SearchParam{}
+			}
+			if prev := idx[t][d.Code]; prev != nil && prev.URL != d.URL && isBaseDef(d) {
+				continue // a type's own definition wins over Resource's
+			}
+			idx[t][d.Code] = &SearchParam{Code: d.Code, Type: d.Type, ResourceType: t, Expression: d.Expression,
+				Target: d.Target, URL: d.URL, Column: columnParams[d.Code], path: expr}
+		}
+	}
+	return idx, skipped
+}
+
+func isBaseDef(d SearchParamDef) bool {
+	return len(d.Base) == 1 && (d.Base[0] == "Resource" || d.Base[0] == "DomainResource")
+}
+
+var errNoExpression = &Error{Code: EInvalid, Message: "no expression"}
 
 // LookupParam finds the parameter code for a resource type.
 func LookupParam(resourceType, code string) *SearchParam {
-	if p := paramIndex[resourceType][code]; p != nil {
-		return p
-	}
-	return paramIndex["*"][code]
+	return paramIndex[resourceType][code]
 }
 
-// ParamsFor lists the parameters of a resource type, sorted by code, including
-// the ones shared by every type.
-func ParamsFor(resourceType string) []*SearchParam {
-	var out []*SearchParam
-	for _, p := range paramIndex["*"] {
-		out = append(out, p)
-	}
-	for _, p := range paramIndex[resourceType] {
-		out = append(out, p)
-	}
-	sort.Slice(out, func(i, j int) bool { return out[i].Code < out[j].Code })
-	return out
-}
+// ParamsFor lists the parameters of a resource type, sorted by code. The
+// list is shared: callers must not change it.
+func ParamsFor(resourceType string) []*SearchParam { return paramLists[resourceType] }
 
 // IndexedParams lists the parameters whose values live in the search index
-// for a resource type (those without a Column).
-func IndexedParams(resourceType string) []*SearchParam {
-	var out []*SearchParam
-	for _, p := range paramIndex[resourceType] {
-		if p.Column == "" {
-			out = append(out, p)
-		}
+// for a resource type (those without a Column), sorted by code. The list is
+// shared: callers must not change it.
+func IndexedParams(resourceType string) []*SearchParam { return indexedLists[resourceType] }
+
+// SearchParamsSkipped lists the definitions of the table that are not
+// searchable, because their expression is outside the supported subset.
+func SearchParamsSkipped() []SkippedParam { return skippedParams }
+
+// extractVersion is bumped whenever Extract gives other values for the same
+// table (a change of the FHIRPath evaluation or of how values are indexed):
+// the stores then rebuild their index.
+const extractVersion = "1"
+
+var searchIndexVersion = func() string {
+	h := sha256.New()
+	io.WriteString(h, extractVersion)
+	for _, d := range append(append([]SearchParamDef{}, searchParamDefs...), serverParamDefs...) {
+		fmt.Fprintf(h, "\n%s %s %s %v %q %v", d.URL, d.Code, d.Type, d.Base, d.Expression, d.Target)
 	}
-	sort.Slice(out, func(i, j int) bool { return out[i].Code < out[j].Code })
-	return out
-}
+	names := make([]string, 0, len(choiceElements))
+	for n := range choiceElements {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	fmt.Fprintf(h, "\n%v", names)
+	return hex.EncodeToString(h.Sum(nil))[:16]
+}()
+
+// SearchIndexVersion identifies the index values Extract gives: the
+// parameter table and the extraction code. A store whose index rows were
+// written under another version rebuilds them.
+func SearchIndexVersion() string { return searchIndexVersion }

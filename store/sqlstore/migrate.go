@@ -48,7 +48,9 @@ func (s *Store) migrations() ([]migration, error) {
 	return out, nil
 }
 
-// Migrate applies pending migrations, each in its own transaction.
+// Migrate applies pending migrations, each in its own transaction, then
+// rebuilds the search index if it was written under another version of the
+// parameter table (reindexAll), under the same lock.
 func (s *Store) Migrate(ctx context.Context) error {
 	ms, err := s.migrations()
 	if err != nil {
@@ -103,5 +105,5 @@ func (s *Store) Migrate(ctx context.Context) error {
 		}
 		s.log.Info("applied migration", "dialect", s.dialect, "migration", m.name)
 	}
-	return nil
+	return s.reindexAll(ctx, s.db)
 }

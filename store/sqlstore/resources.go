@@ -104,7 +104,7 @@ func (s *Store) write(ctx context.Context, res fhir.Resource, id, project string
 	if err != nil {
 		return nil, fmt.Errorf("write %s/%s: %w", r.ResourceType, r.ID, err)
 	}
-	if err := s.reindex(ctx, res, id, project, isNew); err != nil {
+	if err := s.reindex(ctx, res, id, project, r.LastUpdated, isNew); err != nil {
 		return nil, err
 	}
 	rec := r.record()
@@ -131,7 +131,7 @@ func (s *Store) archiveCurrent(ctx context.Context, resourceType, id, project st
 const historyRowsSQL = `SELECT ` + rowColumns + ` FROM resource_history WHERE id = ? AND resource_type = ?
 	UNION ALL SELECT ` + rowColumns + ` FROM resources WHERE id = ? AND resource_type = ?`
 
-var indexTables = []string{"search_token", "search_string", "search_date"}
+var indexTables = []string{"search_token", "search_string", "search_date", "search_number"}
 
 func (s *Store) clearIndex(ctx context.Context, id string) error {
 	for _, t := range indexTables {
@@ -144,49 +144,55 @@ func (s *Store) clearIndex(ctx context.Context, id string) error {
 
 // reindex replaces the index rows of a resource with those fhir.Extract gives.
 // A new resource has no rows yet (its id was just inserted), so nothing is cleared.
-func (s *Store) reindex(ctx context.Context, res fhir.Resource, id, project string, isNew bool) error {
+func (s *Store) reindex(ctx context.Context, res fhir.Resource, id, project string, lastUpdated int64, isNew bool) error {
 	if !isNew {
 		if err := s.clearIndex(ctx, id); err != nil {
 			return err
 		}
 	}
 	var idx indexRows
-	idx.add(res, id, project)
+	idx.add(res, id, project, lastUpdated)
 	return idx.insert(ctx, s)
 }
 
 // indexRows accumulates the search index rows of one or more resources, so
-// that each index table is written with multi-row INSERTs.
-type indexRows struct{ tokens, strs, dates []any }
+// that each index table is written with multi-row INSERTs. Every row carries
+// the resource's last_updated (see migration 0003).
+type indexRows struct{ tokens, strs, dates, nums []any }
 
-func (x *indexRows) add(res fhir.Resource, id, project string) {
+func (x *indexRows) add(res fhir.Resource, id, project string, lastUpdated int64) {
 	typ := res.Type()
 	for _, v := range fhir.Extract(res) {
 		switch v.Kind {
 		case fhir.TokenIndex:
-			x.tokens = append(x.tokens, id, typ, project, v.Code, v.System, v.Value)
+			x.tokens = append(x.tokens, id, typ, project, v.Code, v.System, v.Value, lastUpdated)
 		case fhir.StringIndex:
-			x.strs = append(x.strs, id, typ, project, v.Code, fhir.NormalizeString(v.Value), v.Value)
+			x.strs = append(x.strs, id, typ, project, v.Code, fhir.NormalizeString(v.Value), v.Value, lastUpdated)
 		case fhir.DateIndex:
-			x.dates = append(x.dates, id, typ, project, v.Code, v.Lo.UnixMicro(), v.Hi.UnixMicro())
+			x.dates = append(x.dates, id, typ, project, v.Code, v.Lo.UnixMicro(), v.Hi.UnixMicro(), lastUpdated)
+		case fhir.NumberIndex:
+			x.nums = append(x.nums, id, typ, project, v.Code, v.Num, v.NumHi, v.System, v.Value, lastUpdated)
 		}
 	}
 }
 
 func (x *indexRows) insert(ctx context.Context, s *Store) error {
-	if err := s.insertRows(ctx, "search_token", "resource_id, resource_type, project_id, code, system, value", 6, x.tokens); err != nil {
+	if err := s.insertRows(ctx, "search_token", "resource_id, resource_type, project_id, code, system, value, last_updated", 7, x.tokens); err != nil {
 		return err
 	}
-	if err := s.insertRows(ctx, "search_string", "resource_id, resource_type, project_id, code, value_norm, value_exact", 6, x.strs); err != nil {
+	if err := s.insertRows(ctx, "search_string", "resource_id, resource_type, project_id, code, value_norm, value_exact, last_updated", 7, x.strs); err != nil {
 		return err
 	}
-	return s.insertRows(ctx, "search_date", "resource_id, resource_type, project_id, code, lo, hi", 6, x.dates)
+	if err := s.insertRows(ctx, "search_date", "resource_id, resource_type, project_id, code, lo, hi, last_updated", 7, x.dates); err != nil {
+		return err
+	}
+	return s.insertRows(ctx, "search_number", "resource_id, resource_type, project_id, code, lo, hi, system, unit, last_updated", 9, x.nums)
 }
 
 // insertChunks are the row counts of the multi-row INSERT statements
 // insertRows uses, largest first. The statements are prepared once and
 // reused: parsing a fresh statement for every batch was a seventh of the
-// cost of writing a batch of AuditEvents. 256 rows of 7 columns stays far
+// cost of writing a batch of AuditEvents. 256 rows of 9 columns stays far
 // under both databases' bind-parameter limits (SQLite 32766, PostgreSQL
 // 65535).
 var insertChunks = []int{256, 64, 16, 4, 1}
@@ -244,7 +250,7 @@ func (s *Store) CreateMany(ctx context.Context, list []fhir.Resource, w store.Wr
 				return err
 			}
 			rows = append(rows, id, res.Type(), w.Project, meta.VersionID, now.UnixMicro(), false, string(body))
-			idx.add(res, id, w.Project)
+			idx.add(res, id, w.Project, now.UnixMicro())
 		}
 		if err := tx.insertRows(ctx, "resources", rowColumns, 7, rows); err != nil {
 			return err

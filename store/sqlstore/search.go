@@ -15,87 +15,80 @@ import (
 // [p, p+maxRune) under byte-wise ("C") collation.
 const maxRune = "\U0010FFFF"
 
-// query accumulates a WHERE clause and its arguments.
-type query struct {
-	where []string
-	args  []any
+// rareLimit is where a value stops being rare: a search whose most
+// selective filter matches fewer index rows than this collects those rows
+// and sorts them; otherwise it walks the type's resources in order and
+// tests each (see Search).
+const rareLimit = 2000
+
+// cond is a SQL boolean expression and its arguments.
+type cond struct {
+	sql  string
+	args []any
 }
 
-func (q *query) add(cond string, args ...any) {
-	q.where = append(q.where, cond)
-	q.args = append(q.args, args...)
+func and(cs []cond) cond {
+	var parts []string
+	var args []any
+	for _, c := range cs {
+		parts = append(parts, c.sql)
+		args = append(args, c.args...)
+	}
+	if len(parts) == 0 {
+		return cond{sql: "1 = 1"}
+	}
+	return cond{sql: strings.Join(parts, " AND "), args: args}
 }
 
 // Search implements store.Store. Every parameter is answered by the same few
-// SQL shapes chosen by its type, so a new parameter needs no new SQL.
+// SQL shapes chosen by its type, so a new parameter needs no new SQL. A
+// search runs in one of three shapes, chosen here rather than left to the
+// planners (SQLite's has no statistics of values):
+//
+//   - stream: one token value in one project, sorted by _lastUpdated: the
+//     value's index rows are already in that order, so the page is the
+//     first rows that pass the other conditions (profile-type=Patient reads
+//     21 index rows whatever the number of Patient members);
+//   - collect: the filter with the fewest index rows, when fewer than
+//     rareLimit (counted with a bounded index-only query), gives the
+//     candidates, which are then tested and sorted;
+//   - walk: the type's live resources of the project in sort order, each
+//     tested by the conditions (profile-type:not=ClientApplication,Bot
+//     tests about two rows per result).
 func (s *Store) Search(ctx context.Context, scope store.Scope, req *fhir.SearchRequest) (*store.SearchResult, error) {
-	q := &query{}
-	q.add(`r.resource_type = ?`, req.ResourceType)
-	q.add(`NOT r.deleted`)
 	projects := scopeClause(scope)
-	if projects != nil {
-		if len(projects) == 0 {
-			return &store.SearchResult{}, nil
-		}
-		q.add(`r.project_id IN (`+placeholders(len(projects))+`)`, projects...)
+	if projects != nil && len(projects) == 0 {
+		return &store.SearchResult{}, nil
 	}
+	b := &builder{projects: projects, typ: req.ResourceType}
+	var conds []cond
 	for _, f := range req.Filters {
-		if err := addFilter(q, req.ResourceType, f, projects); err != nil {
-			return nil, err
-		}
+		conds = append(conds, b.filter(f, "r"))
 	}
-	if len(req.AnyOf) > 0 {
-		var ors []string
-		var args []any
-		for _, group := range req.AnyOf {
-			g := &query{}
-			for _, f := range group {
-				if err := addFilter(g, req.ResourceType, f, projects); err != nil {
-					return nil, err
-				}
-			}
-			if len(g.where) == 0 { // a group without filters lets everything through
-				ors = nil
-				break
-			}
-			ors = append(ors, "("+strings.Join(g.where, " AND ")+")")
-			args = append(args, g.args...)
-		}
-		if ors != nil {
-			q.add("("+strings.Join(ors, " OR ")+")", args...)
-		}
+	for _, e := range req.Expr {
+		conds = append(conds, b.expr(e, "r"))
 	}
-	where := strings.Join(q.where, " AND ")
+	if c, ok := b.anyOf(req.AnyOf, "r"); ok {
+		conds = append(conds, c)
+	}
 	res := &store.SearchResult{}
 	if req.Total == "accurate" || req.Total == "estimate" {
-		var n int
-		if err := sqlx.GetContext(ctx, s.q, &n, s.rebind(`SELECT COUNT(*) FROM resources r WHERE `+where), q.args...); err != nil {
-			return nil, fmt.Errorf("search count: %w", err)
+		n, err := s.count(ctx, b, req, conds)
+		if err != nil {
+			return nil, err
 		}
 		res.Total = &n
 	}
 	if req.Count == 0 {
 		return res, nil
 	}
-	order := "r.last_updated, r.id"
-	if len(req.Sort) > 0 {
-		var keys []string
-		for _, k := range req.Sort {
-			dir := ""
-			if k.Descending {
-				dir = " DESC"
-			}
-			keys = append(keys, "r."+k.Column+dir)
-		}
-		if req.Sort[len(req.Sort)-1].Column != "id" {
-			keys = append(keys, "r.id")
-		}
-		order = strings.Join(keys, ", ")
+	sqlText, args, err := s.pageQuery(ctx, b, req, conds)
+	if err != nil {
+		return nil, err
 	}
-	sqlText := `SELECT ` + prefixed("r.", rowColumns) + ` FROM resources r WHERE ` + where + ` ORDER BY ` + order + ` LIMIT ? OFFSET ?`
-	args := append(append([]any{}, q.args...), req.Count+1, req.Offset)
+	args = append(args, req.Count+1, req.Offset)
 	var rows []row
-	if err := sqlx.SelectContext(ctx, s.q, &rows, s.rebind(sqlText), args...); err != nil {
+	if err := sqlx.SelectContext(ctx, s.q, &rows, s.rebind(sqlText+` LIMIT ? OFFSET ?`), args...); err != nil {
 		return nil, fmt.Errorf("search: %w", err)
 	}
 	if len(rows) > req.Count {
@@ -107,6 +100,175 @@ func (s *Store) Search(ctx context.Context, scope store.Scope, req *fhir.SearchR
 		res.Records[i] = rows[i].record()
 	}
 	return res, nil
+}
+
+// pageQuery chooses the shape of the search (see Search) and writes it,
+// without its LIMIT and OFFSET.
+func (s *Store) pageQuery(ctx context.Context, b *builder, req *fhir.SearchRequest, conds []cond) (string, []any, error) {
+	cols := prefixed("r.", rowColumns)
+	byTime := len(req.Sort) == 0 || len(req.Sort) == 1 && req.Sort[0].Column == "last_updated"
+	desc := len(req.Sort) == 1 && req.Sort[0].Descending
+	drivers := driverFilters(req)
+	pick := -1
+	if byTime && len(drivers) == 1 && streams(req.Filters[drivers[0]]) && len(b.projects) == 1 {
+		pick = drivers[0]
+	} else if len(drivers) > 0 {
+		best, bestN := -1, rareLimit
+		for _, i := range drivers {
+			n, err := s.boundedCount(ctx, b, req.Filters[i])
+			if err != nil {
+				return "", nil, err
+			}
+			if n < bestN {
+				best, bestN = i, n
+			}
+		}
+		switch {
+		case best >= 0:
+			// collect: the rare filter's rows, the others tested on them.
+			f := req.Filters[best]
+			src := b.indexRows(f)
+			others := and(append(append([]cond{}, conds[:best]...), conds[best+1:]...))
+			order, oargs := b.order(req)
+			return `SELECT ` + cols + ` FROM resources r WHERE r.id IN (SELECT i.resource_id FROM ` + src.sql + `) AND ` + others.sql + ` ORDER BY ` + order,
+				concat(src.args, others.args, oargs), nil
+		case byTime && len(b.projects) == 1:
+			for _, i := range drivers {
+				if streams(req.Filters[i]) {
+					pick = i
+					break
+				}
+			}
+		}
+	}
+	if pick >= 0 {
+		f := req.Filters[pick]
+		v := f.Values[0]
+		others := and(append(append([]cond{}, conds[:pick]...), conds[pick+1:]...))
+		dir := ""
+		if desc {
+			dir = " DESC"
+		}
+		sqlText := `SELECT ` + cols + ` FROM search_token i JOIN resources r ON r.id = i.resource_id
+			WHERE i.resource_type = ? AND i.code = ? AND i.value = ? AND i.project_id = ?`
+		args := []any{req.ResourceType, f.Param.Code, v.Code, b.projects[0]}
+		if sys, ok := tokenSystem(f, v); ok {
+			sqlText += ` AND i.system = ?`
+			args = append(args, sys)
+		} else {
+			// A value under two systems is two rows of one resource: the
+			// resource is listed once, by the row of the first system.
+			sqlText += ` AND NOT EXISTS (SELECT 1 FROM search_token j WHERE j.resource_id = i.resource_id AND j.code = i.code AND j.value = i.value AND j.system < i.system)`
+		}
+		sqlText += ` AND ` + others.sql + ` ORDER BY i.last_updated` + dir + `, i.resource_id` + dir
+		return sqlText, append(args, others.args...), nil
+	}
+	// walk
+	base := b.base("r")
+	all := and(append([]cond{base}, conds...))
+	order, oargs := b.order(req)
+	return `SELECT ` + cols + ` FROM resources r WHERE ` + all.sql + ` ORDER BY ` + order, concat(all.args, oargs), nil
+}
+
+// driverFilters are the filters whose index rows can give a search its
+// candidates: positive comparisons on indexed values.
+func driverFilters(req *fhir.SearchRequest) []int {
+	var out []int
+	for i, f := range req.Filters {
+		if f.Param.Column != "" || f.Chain != nil {
+			continue
+		}
+		switch f.Modifier {
+		case "", "exact", "iexact", "below":
+		default:
+			continue
+		}
+		if f.Param.Type == fhir.DateParam || f.Param.Type == fhir.NumberParam || f.Param.Type == fhir.QuantityParam {
+			ok := true
+			for _, v := range f.Values {
+				ok = ok && v.Prefix != "ne"
+			}
+			if !ok {
+				continue
+			}
+		}
+		out = append(out, i)
+	}
+	return out
+}
+
+// streams reports whether a filter's index rows come in _lastUpdated order:
+// one token value.
+func streams(f fhir.Filter) bool {
+	if len(f.Values) != 1 || fhir.KindOf(f.Param.Type) != fhir.TokenIndex || f.Modifier != "" {
+		return false
+	}
+	v := f.Values[0]
+	if f.TargetType != "" && v.HasSystem && v.System != f.TargetType {
+		return false // matches nothing; valueCond says so
+	}
+	return v.Code != ""
+}
+
+// tokenSystem is the system a streamed token value compares, if any.
+func tokenSystem(f fhir.Filter, v fhir.FilterValue) (string, bool) {
+	if f.Param.Type == fhir.ReferenceParam && f.TargetType != "" {
+		return f.TargetType, true
+	}
+	if f.Param.Type == fhir.URIParam {
+		return "", true
+	}
+	return v.System, v.HasSystem
+}
+
+// boundedCount counts a filter's index rows up to rareLimit (index-only).
+func (s *Store) boundedCount(ctx context.Context, b *builder, f fhir.Filter) (int, error) {
+	src := b.indexRows(f)
+	var n int
+	err := sqlx.GetContext(ctx, s.q, &n, s.rebind(`SELECT COUNT(*) FROM (SELECT 1 FROM `+src.sql+` LIMIT ?) t`), append(src.args, rareLimit)...)
+	if err != nil {
+		return 0, fmt.Errorf("search estimate: %w", err)
+	}
+	return n, nil
+}
+
+// count answers _total. One filter is counted on its index alone (its rows
+// exist only for live resources); its negation as the live resources less
+// that; anything else with the conditions.
+func (s *Store) count(ctx context.Context, b *builder, req *fhir.SearchRequest, conds []cond) (int, error) {
+	get := func(q string, args []any) (int, error) {
+		var n int
+		if err := sqlx.GetContext(ctx, s.q, &n, s.rebind(q), args...); err != nil {
+			return 0, fmt.Errorf("search count: %w", err)
+		}
+		return n, nil
+	}
+	base := b.base("r")
+	live := func() (int, error) { return get(`SELECT COUNT(*) FROM resources r WHERE `+base.sql, base.args) }
+	if len(req.Expr) == 0 && len(req.AnyOf) == 0 {
+		switch {
+		case len(req.Filters) == 0:
+			return live()
+		case len(req.Filters) == 1 && req.Filters[0].Param.Column == "" && req.Filters[0].Chain == nil:
+			f := req.Filters[0]
+			negated := false
+			switch {
+			case f.Modifier == "not":
+				f.Modifier, negated = "", true
+			case f.Modifier == "missing":
+				negated = f.Values[0].Raw == "true"
+			}
+			src := b.indexRows(f)
+			n, err := get(`SELECT COUNT(DISTINCT i.resource_id) FROM `+src.sql, src.args)
+			if err != nil || !negated {
+				return n, err
+			}
+			all, err := live()
+			return all - n, err
+		}
+	}
+	all := and(append([]cond{base}, conds...))
+	return get(`SELECT COUNT(*) FROM resources r WHERE `+all.sql, all.args)
 }
 
 // scopeClause returns nil for every project, else the allowed project ids.
@@ -121,113 +283,301 @@ func scopeClause(scope store.Scope) []any {
 	return out
 }
 
-func addFilter(q *query, resourceType string, f fhir.Filter, projects []any) error {
+// builder writes the conditions of one search.
+type builder struct {
+	projects []any // nil: every project
+	typ      string
+}
+
+// base selects the live resources of the type within the scope.
+func (b *builder) base(a string) cond {
+	c := cond{sql: a + `.resource_type = ? AND ` + a + `.deleted = ?`, args: []any{b.typ, false}}
+	if b.projects != nil {
+		c.sql += ` AND ` + a + `.project_id IN (` + placeholders(len(b.projects)) + `)`
+		c.args = append(c.args, b.projects...)
+	}
+	return c
+}
+
+var indexTable = map[fhir.IndexKind]string{
+	fhir.TokenIndex: "search_token", fhir.StringIndex: "search_string", fhir.DateIndex: "search_date", fhir.NumberIndex: "search_number",
+}
+
+// indexRows is "table i WHERE ..." selecting the index rows of the
+// resource type that match a positive filter, within the scope.
+func (b *builder) indexRows(f fhir.Filter) cond {
+	c := cond{sql: indexTable[fhir.KindOf(f.Param.Type)] + ` i WHERE i.resource_type = ? AND i.code = ?`, args: []any{b.typ, f.Param.Code}}
+	if f.Modifier != "missing" {
+		v := b.values(f)
+		c.sql += ` AND ` + v.sql
+		c.args = append(c.args, v.args...)
+	}
+	if b.projects != nil {
+		c.sql += ` AND i.project_id IN (` + placeholders(len(b.projects)) + `)`
+		c.args = append(c.args, b.projects...)
+	}
+	return c
+}
+
+// filter is the condition of one filter on the resource row alias a.
+func (b *builder) filter(f fhir.Filter, a string) cond {
 	p := f.Param
 	if p.Column != "" {
-		return addColumnFilter(q, f)
+		return columnCond(f, a)
 	}
-	table := map[fhir.IndexKind]string{fhir.TokenIndex: "search_token", fhir.StringIndex: "search_string", fhir.DateIndex: "search_date"}[fhir.KindOf(p.Type)]
-	sub := `SELECT i.resource_id FROM ` + table + ` i WHERE i.resource_type = ? AND i.code = ?`
-	subArgs := []any{resourceType, p.Code}
-	if projects != nil {
-		sub += ` AND i.project_id IN (` + placeholders(len(projects)) + `)`
-		subArgs = append(subArgs, projects...)
+	table := indexTable[fhir.KindOf(p.Type)]
+	probe := `SELECT 1 FROM ` + table + ` i WHERE i.resource_id = ` + a + `.id AND i.code = ?`
+	args := []any{p.Code}
+	if f.Chain != nil {
+		// The references to the type, whose target matches the chain.
+		inner := &builder{projects: b.projects, typ: f.TargetType}
+		c := and([]cond{inner.base("c"), inner.filter(*f.Chain, "c")})
+		return cond{sql: `EXISTS (` + probe + ` AND i.system = ? AND i.value IN (SELECT c.id FROM resources c WHERE ` + c.sql + `))`,
+			args: concat(args, []any{f.TargetType}, c.args)}
 	}
 	if f.Modifier == "missing" {
-		// :missing=true matches resources with no value at all.
 		if f.Values[0].Raw == "true" {
-			q.add(`r.id NOT IN (`+sub+`)`, subArgs...)
-		} else {
-			q.add(`r.id IN (`+sub+`)`, subArgs...)
+			return cond{sql: `NOT EXISTS (` + probe + `)`, args: args}
 		}
-		return nil
+		return cond{sql: `EXISTS (` + probe + `)`, args: args}
 	}
-	var ors []string
-	var orArgs []any
-	for _, v := range f.Values {
-		cond, args := valueCondition(p, f.Modifier, v)
-		ors = append(ors, cond)
-		orArgs = append(orArgs, args...)
-	}
-	sub += ` AND (` + strings.Join(ors, " OR ") + `)`
-	subArgs = append(subArgs, orArgs...)
+	v := b.values(f)
 	if f.Modifier == "not" {
 		// A correlated NOT EXISTS probes the index per candidate row; NOT IN
 		// would materialise every matching value of the project first (all
 		// ClientApplication and Bot memberships for "profile-type:not=…").
-		q.add(`NOT EXISTS (`+sub+` AND i.resource_id = r.id)`, subArgs...)
-	} else {
-		q.add(`r.id IN (`+sub+`)`, subArgs...)
+		return cond{sql: `NOT EXISTS (` + probe + ` AND ` + v.sql + `)`, args: concat(args, v.args)}
 	}
-	return nil
+	return cond{sql: `EXISTS (` + probe + ` AND ` + v.sql + `)`, args: concat(args, v.args)}
 }
 
-func valueCondition(p *fhir.SearchParam, modifier string, v fhir.FilterValue) (string, []any) {
-	switch p.Type {
-	case fhir.StringParam:
-		switch modifier {
-		case "exact":
-			return `i.value_exact = ?`, []any{v.Code}
-		case "contains":
-			return `i.value_norm LIKE ? ESCAPE '\'`, []any{"%" + escapeLike(fhir.NormalizeString(v.Code)) + "%"}
+// expr is the condition of a _filter expression.
+func (b *builder) expr(e *fhir.FilterExpr, a string) cond {
+	switch e.Op {
+	case "not":
+		c := b.expr(e.Args[0], a)
+		return cond{sql: `NOT (` + c.sql + `)`, args: c.args}
+	case "and", "or":
+		l, r := b.expr(e.Args[0], a), b.expr(e.Args[1], a)
+		return cond{sql: `(` + l.sql + ` ` + strings.ToUpper(e.Op) + ` ` + r.sql + `)`, args: concat(l.args, r.args)}
+	}
+	return b.filter(*e.Filter, a)
+}
+
+// anyOf is the access-policy restriction: every filter of one group.
+func (b *builder) anyOf(groups [][]fhir.Filter, a string) (cond, bool) {
+	if len(groups) == 0 {
+		return cond{}, false
+	}
+	var ors []string
+	var args []any
+	for _, g := range groups {
+		if len(g) == 0 { // a group without filters lets everything through
+			return cond{}, false
 		}
+		var cs []cond
+		for _, f := range g {
+			cs = append(cs, b.filter(f, a))
+		}
+		c := and(cs)
+		ors = append(ors, "("+c.sql+")")
+		args = append(args, c.args...)
+	}
+	return cond{sql: "(" + strings.Join(ors, " OR ") + ")", args: args}, true
+}
+
+// values is the OR of a filter's values, on the index row i.
+func (b *builder) values(f fhir.Filter) cond {
+	var ors []string
+	var args []any
+	for _, v := range f.Values {
+		c := valueCond(f, v)
+		ors = append(ors, c.sql)
+		args = append(args, c.args...)
+	}
+	return cond{sql: `(` + strings.Join(ors, " OR ") + `)`, args: args}
+}
+
+func valueCond(f fhir.Filter, v fhir.FilterValue) cond {
+	switch f.Param.Type {
+	case fhir.StringParam:
 		n := fhir.NormalizeString(v.Code)
-		return `(i.value_norm >= ? AND i.value_norm < ?)`, []any{n, n + maxRune}
+		switch f.Modifier {
+		case "exact":
+			return cond{`(i.value_norm = ? AND i.value_exact = ?)`, []any{n, v.Code}}
+		case "iexact":
+			return cond{`i.value_norm = ?`, []any{n}}
+		case "contains":
+			return cond{`i.value_norm LIKE ? ESCAPE '\'`, []any{"%" + escapeLike(n) + "%"}}
+		case "endswith":
+			return cond{`i.value_norm LIKE ? ESCAPE '\'`, []any{"%" + escapeLike(n)}}
+		}
+		return cond{`(i.value_norm >= ? AND i.value_norm < ?)`, []any{n, n + maxRune}}
 	case fhir.DateParam:
 		return dateCondition("i.lo", "i.hi", v)
-	case fhir.TokenParam, fhir.BooleanParam:
+	case fhir.NumberParam, fhir.QuantityParam:
+		c := numberCondition(v)
+		if v.HasSystem {
+			c.sql += ` AND i.system = ?`
+			c.args = append(c.args, v.System)
+		}
+		if v.Code != "" {
+			c.sql += ` AND i.unit = ?`
+			c.args = append(c.args, v.Code)
+		}
+		return cond{`(` + c.sql + `)`, c.args}
+	case fhir.URIParam:
+		if f.Modifier == "below" {
+			return cond{`(i.value >= ? AND i.value < ?)`, []any{v.Code, v.Code + maxRune}}
+		}
+		return cond{`i.value = ?`, []any{v.Code}}
+	case fhir.ReferenceParam:
+		if f.TargetType != "" {
+			if v.HasSystem && v.System != f.TargetType {
+				return cond{sql: `1 = 0`}
+			}
+			return cond{`(i.system = ? AND i.value = ?)`, []any{f.TargetType, v.Code}}
+		}
+		if v.HasSystem {
+			return cond{`(i.system = ? AND i.value = ?)`, []any{v.System, v.Code}}
+		}
+		return cond{`i.value = ?`, []any{v.Code}}
+	default: // token, boolean
 		if v.HasSystem {
 			if v.Code == "" {
-				return `i.system = ?`, []any{v.System}
+				return cond{`i.system = ?`, []any{v.System}}
 			}
-			return `(i.system = ? AND i.value = ?)`, []any{v.System, v.Code}
+			return cond{`(i.system = ? AND i.value = ?)`, []any{v.System, v.Code}}
 		}
-		return `i.value = ?`, []any{v.Code}
-	default: // reference
-		return `i.value = ?`, []any{v.Code}
+		return cond{`i.value = ?`, []any{v.Code}}
 	}
 }
 
 // dateCondition compares a stored range [lo, hi) with the value's range.
-func dateCondition(lo, hi string, v fhir.FilterValue) (string, []any) {
+func dateCondition(lo, hi string, v fhir.FilterValue) cond {
 	qlo, qhi := v.Lo.UnixMicro(), v.Hi.UnixMicro()
 	switch v.Prefix {
 	case "gt":
-		return hi + ` > ?`, []any{qhi}
+		return cond{hi + ` > ?`, []any{qhi}}
 	case "lt":
-		return lo + ` < ?`, []any{qlo}
+		return cond{lo + ` < ?`, []any{qlo}}
 	case "ge":
-		return hi + ` > ?`, []any{qlo}
+		return cond{hi + ` > ?`, []any{qlo}}
 	case "le":
-		return lo + ` < ?`, []any{qhi}
+		return cond{lo + ` < ?`, []any{qhi}}
+	case "sa":
+		return cond{lo + ` >= ?`, []any{qhi}}
+	case "eb":
+		return cond{hi + ` <= ?`, []any{qlo}}
+	case "ap":
+		return cond{`(` + lo + ` < ? AND ` + hi + ` > ?)`, []any{qhi, qlo}}
 	case "ne":
-		return `NOT (` + lo + ` >= ? AND ` + hi + ` <= ?)`, []any{qlo, qhi}
+		return cond{`NOT (` + lo + ` >= ? AND ` + hi + ` <= ?)`, []any{qlo, qhi}}
 	default: // eq
-		return `(` + lo + ` >= ? AND ` + hi + ` <= ?)`, []any{qlo, qhi}
+		return cond{`(` + lo + ` >= ? AND ` + hi + ` <= ?)`, []any{qlo, qhi}}
 	}
 }
 
-func addColumnFilter(q *query, f fhir.Filter) error {
+// numberCondition compares a stored range [i.lo, i.hi] (one number: lo =
+// hi) with the value: eq and ne by the range the value's precision denotes,
+// the others by the value itself; ap is within 10%.
+func numberCondition(v fhir.FilterValue) cond {
+	switch v.Prefix {
+	case "gt":
+		return cond{`i.hi > ?`, []any{v.Num}}
+	case "lt":
+		return cond{`i.lo < ?`, []any{v.Num}}
+	case "ge":
+		return cond{`i.hi >= ?`, []any{v.Num}}
+	case "le":
+		return cond{`i.lo <= ?`, []any{v.Num}}
+	case "sa":
+		return cond{`i.lo > ?`, []any{v.Num}}
+	case "eb":
+		return cond{`i.hi < ?`, []any{v.Num}}
+	case "ap":
+		d := v.Num / 10
+		if d < 0 {
+			d = -d
+		}
+		return cond{`(i.lo <= ? AND i.hi >= ?)`, []any{v.Num + d, v.Num - d}}
+	case "ne":
+		return cond{`NOT (i.lo >= ? AND i.hi < ?)`, []any{v.NumLo, v.NumHi}}
+	default: // eq
+		return cond{`(i.lo >= ? AND i.hi < ?)`, []any{v.NumLo, v.NumHi}}
+	}
+}
+
+func columnCond(f fhir.Filter, a string) cond {
 	var ors []string
 	var args []any
 	for _, v := range f.Values {
 		switch f.Param.Column {
 		case "last_updated":
 			// A stored instant t is the range [t, t+1µs).
-			cond, a := dateCondition("r.last_updated", "(r.last_updated + 1)", v)
-			ors = append(ors, cond)
-			args = append(args, a...)
+			c := dateCondition(a+".last_updated", "("+a+".last_updated + 1)", v)
+			ors = append(ors, c.sql)
+			args = append(args, c.args...)
 		default: // id, project_id
-			ors = append(ors, `r.`+f.Param.Column+` = ?`)
+			ors = append(ors, a+`.`+f.Param.Column+` = ?`)
 			args = append(args, v.Code)
 		}
 	}
-	cond := `(` + strings.Join(ors, " OR ") + `)`
+	c := cond{sql: `(` + strings.Join(ors, " OR ") + `)`, args: args}
 	if f.Modifier == "not" {
-		cond = `NOT ` + cond
+		c.sql = `NOT ` + c.sql
 	}
-	q.add(cond, args...)
-	return nil
+	return c
+}
+
+// order is the ORDER BY of a search on the resource row r: its _sort keys
+// (a parameter sorts by its least value ascending, its greatest
+// descending; resources without one come last), then the id.
+func (b *builder) order(req *fhir.SearchRequest) (string, []any) {
+	if len(req.Sort) == 0 {
+		return "r.last_updated, r.id", nil
+	}
+	var keys []string
+	var args []any
+	for _, k := range req.Sort {
+		dir := ""
+		if k.Descending {
+			dir = " DESC"
+		}
+		if k.Param == nil {
+			keys = append(keys, "r."+k.Column+dir)
+			continue
+		}
+		agg, col := "MIN", ""
+		if k.Descending {
+			agg = "MAX"
+		}
+		switch fhir.KindOf(k.Param.Type) {
+		case fhir.StringIndex:
+			col = "value_norm"
+		case fhir.DateIndex, fhir.NumberIndex:
+			col = "lo"
+			if k.Descending {
+				col = "hi"
+			}
+		default:
+			col = "value"
+		}
+		keys = append(keys, `(SELECT `+agg+`(i.`+col+`) FROM `+indexTable[fhir.KindOf(k.Param.Type)]+` i WHERE i.resource_id = r.id AND i.code = ?)`+dir+` NULLS LAST`)
+		args = append(args, k.Param.Code)
+	}
+	if last := req.Sort[len(req.Sort)-1]; last.Param != nil || last.Column != "id" {
+		keys = append(keys, "r.id")
+	}
+	return strings.Join(keys, ", "), args
+}
+
+func concat(lists ...[]any) []any {
+	var out []any
+	for _, l := range lists {
+		out = append(out, l...)
+	}
+	return out
 }
 
 func placeholders(n int) string {
