@@ -225,7 +225,7 @@ func (s *Service) Invite(ctx context.Context, c Caller, pid string, req *InviteR
 			if err := tx.Lock(ctx, "user-email:"+req.Email); err != nil {
 				return err
 			}
-			users, err := store.SearchResources(ctx, tx, store.AllProjects, "User", "email="+esc(req.Email)+"&_count=100")
+			users, err := store.SearchResources(ctx, tx, store.AllProjects, "User", "email:exact="+esc(req.Email)+"&_count=100")
 			if err != nil {
 				return err
 			}

@@ -52,7 +52,7 @@ func TestParseSearchErrors(t *testing.T) {
 		"_offset=99999999":     "Search offset exceeds maximum",
 		"birthdate=gt20x":      "Invalid date value",
 		"name:not=x":           "Unsupported modifier",
-		"_sort=name":           "Unsupported sort parameter",
+		"_sort=nothing":        "Unsupported sort parameter",
 		"name=%zz":             "Invalid search value encoding",
 		"_total=maybe":         "Invalid _total",
 		"identifier:missing=1": ":missing takes",
@@ -83,9 +83,9 @@ func TestExtract(t *testing.T) {
 		"admin": true, "access": []any{map[string]any{"policy": map[string]any{"reference": "AccessPolicy/a"}}}}
 	got := map[string]string{}
 	for _, v := range Extract(r) {
-		got[v.Code] = v.Value
+		got[v.Code] = v.System + "|" + v.Value
 	}
-	for code, want := range map[string]string{"profile-type": "Practitioner", "profile": "Practitioner/1", "admin": "true", "access-policy": "AccessPolicy/a"} {
+	for code, want := range map[string]string{"profile-type": "|Practitioner", "profile": "Practitioner|1", "admin": "|true", "access-policy": "AccessPolicy|a"} {
 		if got[code] != want {
 			t.Errorf("%s = %q, want %q (all: %v)", code, got[code], want, got)
 		}

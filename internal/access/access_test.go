@@ -31,7 +31,7 @@ func TestCompileAndFilters(t *testing.T) {
 		t.Fatalf("Patient filters: %+v %v", g, ok)
 	}
 	g, ok = p.Filters("Observation", false)
-	if !ok || len(g) != 1 || g[0][0].Values[0].Code != "Patient/p1" {
+	if !ok || len(g) != 1 || g[0][0].Values[0].Raw != "Patient/p1" || g[0][0].Values[0].System != "Patient" || g[0][0].Values[0].Code != "p1" {
 		t.Fatalf("Observation filters: %+v", g)
 	}
 	if _, ok := p.Filters("Observation", true); ok {

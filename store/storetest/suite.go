@@ -40,6 +40,11 @@ func Run(t *testing.T, newStore func(t *testing.T) store.Store) {
 		{"AnyOfGroups", testAnyOf},
 		{"ChangesAnnouncedAtCommit", testChanges},
 		{"CountHitIsShared", testCountHit},
+		{"SearchReference", testSearchReference},
+		{"SearchNumberQuantityURI", testSearchNumberQuantityURI},
+		{"SearchSortByParameter", testSearchSortByParameter},
+		{"SearchFilterExpressions", testSearchFilterExpressions},
+		{"SearchShapesAgree", testSearchShapesAgree},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) { tc.fn(t, newStore(t)) })

@@ -1,0 +1,224 @@
+package storetest
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/sandbot/sandbot/store"
+)
+
+// The contract of the search parameters generated from the FHIR
+// definitions: every parameter type, modifiers, chains, _sort on any
+// parameter, _filter, and the search shapes the store picks (one token
+// value streamed in _lastUpdated order, a rare value collected, a walk)
+// giving the same answers.
+
+// expectOrder checks the ids a search returns, in order.
+func expectOrder(t *testing.T, s store.Store, scope store.Scope, typ, query string, want ...string) {
+	t.Helper()
+	var got []string
+	for _, rec := range search(t, s, scope, typ, query).Records {
+		got = append(got, rec.ID)
+	}
+	if strings.Join(got, ",") != strings.Join(want, ",") {
+		t.Errorf("%s?%s = %v, want %v (in order)", typ, query, got, want)
+	}
+}
+
+func expectTotal(t *testing.T, s store.Store, scope store.Scope, typ, query string, want int) {
+	t.Helper()
+	r := search(t, s, scope, typ, query+"&_total=accurate")
+	if r.Total == nil || *r.Total != want {
+		t.Errorf("%s?%s: total %v, want %d", typ, query, r.Total, want)
+	}
+}
+
+func testSearchReference(t *testing.T, s store.Store) {
+	sc := store.ProjectScope("p1")
+	ada := mustCreate(t, s, "p1", `{"resourceType":"Patient","name":[{"family":"Lovelace","given":["Ada"]}]}`)
+	bob := mustCreate(t, s, "p1", `{"resourceType":"Patient","name":[{"family":"Babbage"}]}`)
+	grp := mustCreate(t, s, "p1", `{"resourceType":"Group","type":"person","actual":true}`)
+	o1 := mustCreate(t, s, "p1", `{"resourceType":"Observation","status":"final","code":{"text":"x"},"subject":{"reference":"Patient/`+ada.ID+`"}}`)
+	o2 := mustCreate(t, s, "p1", `{"resourceType":"Observation","status":"final","code":{"text":"x"},"subject":{"reference":"Group/`+grp.ID+`"}}`)
+	o3 := mustCreate(t, s, "p1", `{"resourceType":"Observation","status":"final","code":{"text":"x"},"subject":{"reference":"Patient/`+bob.ID+`"}}`)
+	o4 := mustCreate(t, s, "p1", `{"resourceType":"Observation","status":"final","code":{"text":"x"}}`)
+	expectIDs(t, s, sc, "Observation", "subject=Patient/"+ada.ID, o1.ID)
+	expectIDs(t, s, sc, "Observation", "subject="+ada.ID, o1.ID)
+	expectIDs(t, s, sc, "Observation", "subject:Patient="+ada.ID, o1.ID)
+	expectIDs(t, s, sc, "Observation", "subject:Group="+ada.ID)
+	expectIDs(t, s, sc, "Observation", "subject:Patient=Group/"+grp.ID)
+	expectIDs(t, s, sc, "Observation", "patient=Patient/"+ada.ID+",Patient/"+bob.ID, o1.ID, o3.ID)
+	expectIDs(t, s, sc, "Observation", "patient=Group/"+grp.ID) // patient only holds Patient subjects
+	expectIDs(t, s, sc, "Observation", "subject=Group/"+grp.ID, o2.ID)
+	expectIDs(t, s, sc, "Observation", "subject:missing=true", o4.ID)
+	expectIDs(t, s, sc, "Observation", "subject:not=Patient/"+ada.ID, o2.ID, o3.ID, o4.ID)
+	expectIDs(t, s, sc, "Observation", "subject:Patient.name=love", o1.ID)
+	expectIDs(t, s, sc, "Observation", "patient.name=babb,love", o1.ID, o3.ID)
+	expectIDs(t, s, sc, "Observation", "patient.family:exact=Babbage", o3.ID)
+	expectIDs(t, s, sc, "Observation", "subject:Group.actual=true", o2.ID)
+	// A chain stays within the caller's projects.
+	other := mustCreate(t, s, "p2", `{"resourceType":"Patient","name":[{"family":"Lovelace"}]}`)
+	mustCreate(t, s, "p2", `{"resourceType":"Observation","status":"final","code":{"text":"x"},"subject":{"reference":"Patient/`+other.ID+`"}}`)
+	expectIDs(t, s, sc, "Observation", "patient.name=love", o1.ID)
+
+	// The subject/patient parameters the web app uses on other types.
+	for _, typ := range []string{"ServiceRequest", "DiagnosticReport", "Media", "DeviceRequest"} {
+		extra := map[string]string{
+			"ServiceRequest":   `"status":"active","intent":"order"`,
+			"DiagnosticReport": `"status":"final","code":{"text":"x"}`,
+			"Media":            `"status":"completed","content":{"url":"x"}`,
+			"DeviceRequest":    `"status":"active","intent":"order","codeCodeableConcept":{"text":"x"}`,
+		}[typ]
+		r := mustCreate(t, s, "p1", `{"resourceType":"`+typ+`",`+extra+`,"subject":{"reference":"Patient/`+ada.ID+`"}}`)
+		expectIDs(t, s, sc, typ, "subject=Patient/"+ada.ID, r.ID)
+		expectIDs(t, s, sc, typ, "patient=Patient/"+ada.ID, r.ID)
+		expectIDs(t, s, sc, typ, "patient="+bob.ID)
+	}
+	dev := mustCreate(t, s, "p1", `{"resourceType":"Device","patient":{"reference":"Patient/`+ada.ID+`"}}`)
+	expectIDs(t, s, sc, "Device", "patient=Patient/"+ada.ID, dev.ID)
+}
+
+func testSearchNumberQuantityURI(t *testing.T, s store.Store) {
+	sc := store.ProjectScope("p1")
+	q := func(v, unit string) *store.Record {
+		return mustCreate(t, s, "p1", `{"resourceType":"Observation","status":"final","code":{"text":"x"},"valueQuantity":{"value":`+v+`,"system":"http://unitsofmeasure.org","code":"`+unit+`","unit":"`+unit+`"}}`)
+	}
+	a, b, c := q("5.4", "mg"), q("100", "mg"), q("100", "kg")
+	expectIDs(t, s, sc, "Observation", "value-quantity=5.4", a.ID)
+	expectIDs(t, s, sc, "Observation", "value-quantity=5", a.ID) // 5 is [4.5, 5.5)
+	expectIDs(t, s, sc, "Observation", "value-quantity=5.41") // [5.405, 5.415)
+	expectIDs(t, s, sc, "Observation", "value-quantity=gt50", b.ID, c.ID)
+	expectIDs(t, s, sc, "Observation", "value-quantity=lt100", a.ID)
+	expectIDs(t, s, sc, "Observation", "value-quantity=le100", a.ID, b.ID, c.ID)
+	expectIDs(t, s, sc, "Observation", "value-quantity=100|http://unitsofmeasure.org|mg", b.ID)
+	expectIDs(t, s, sc, "Observation", "value-quantity=100||kg", c.ID)
+	expectIDs(t, s, sc, "Observation", "value-quantity=ap95", b.ID, c.ID)
+	expectIDs(t, s, sc, "Observation", "value-quantity=ne100", a.ID)
+	ra := mustCreate(t, s, "p1", `{"resourceType":"RiskAssessment","status":"final","subject":{"reference":"Group/g"},"prediction":[{"probabilityDecimal":0.8}]}`)
+	mustCreate(t, s, "p1", `{"resourceType":"RiskAssessment","status":"final","subject":{"reference":"Group/g"},"prediction":[{"probabilityDecimal":0.2}]}`)
+	expectIDs(t, s, sc, "RiskAssessment", "probability=gt0.5", ra.ID)
+	sub := mustCreate(t, s, "p1", `{"resourceType":"Subscription","status":"active","reason":"r","criteria":"Patient","channel":{"type":"rest-hook","endpoint":"https://example.com/hooks/a"}}`)
+	mustCreate(t, s, "p1", `{"resourceType":"Subscription","status":"active","reason":"r","criteria":"Patient","channel":{"type":"rest-hook","endpoint":"https://example.org/b"}}`)
+	expectIDs(t, s, sc, "Subscription", "url=https://example.com/hooks/a", sub.ID)
+	expectIDs(t, s, sc, "Subscription", "url=https://example.com/hooks")
+	expectIDs(t, s, sc, "Subscription", "url:below=https://example.com/", sub.ID)
+	expectIDs(t, s, sc, "Subscription", "status=active&criteria=Patient&type=rest-hook", sub.ID, search(t, s, sc, "Subscription", "url=https://example.org/b").Records[0].ID)
+}
+
+func testSearchSortByParameter(t *testing.T, s store.Store) {
+	sc := store.ProjectScope("p1")
+	obs := func(date string) string {
+		eff := ""
+		if date != "" {
+			eff = `,"effectiveDateTime":"` + date + `"`
+		}
+		return mustCreate(t, s, "p1", `{"resourceType":"Observation","status":"final","code":{"coding":[{"system":"http://loinc.org","code":"8867-4"}]}`+eff+`}`).ID
+	}
+	a, b, c, none := obs("2021-05-01"), obs("2019-01-01"), obs("2023-12-31T10:00:00Z"), obs("")
+	mustCreate(t, s, "p1", `{"resourceType":"Observation","status":"final","code":{"coding":[{"system":"http://loinc.org","code":"other"}]},"effectiveDateTime":"2030-01-01"}`)
+	expectOrder(t, s, sc, "Observation", "code=http://loinc.org|8867-4&_sort=-date", c, a, b, none)
+	expectOrder(t, s, sc, "Observation", "code=8867-4&_sort=date", b, a, c, none)
+	expectOrder(t, s, sc, "Observation", "code=8867-4&_sort=-date&_count=2&_offset=1", a, b)
+	p := func(family, given string) string {
+		return mustCreate(t, s, "p1", `{"resourceType":"Patient","name":[{"family":"`+family+`","given":["`+given+`"]}]}`).ID
+	}
+	z, y, x := p("Zed", "amy"), p("young", "bea"), p("Xu", "cid")
+	expectOrder(t, s, sc, "Patient", "_sort=family", x, y, z)
+	expectOrder(t, s, sc, "Patient", "_sort=-family", z, y, x)
+	expectOrder(t, s, sc, "Patient", "_sort=given,-_lastUpdated", z, y, x)
+	expectOrder(t, s, sc, "Patient", "_sort=-_id", maxOf(x, y, z), midOf(x, y, z), minOf(x, y, z))
+}
+
+func minOf(ids ...string) string   { return sorted(ids)[0] }
+func midOf(ids ...string) string   { return sorted(ids)[1] }
+func maxOf(ids ...string) string   { return sorted(ids)[2] }
+func sorted(ids []string) []string { return slices.Sorted(slices.Values(ids)) }
+
+func testSearchFilterExpressions(t *testing.T, s store.Store) {
+	sc := store.ProjectScope("p1")
+	bot := mustCreate(t, s, "p1", `{"resourceType":"Bot","name":"b"}`)
+	ref := "Bot/" + bot.ID
+	t1 := mustCreate(t, s, "p1", `{"resourceType":"Task","status":"ready","intent":"order","focus":{"reference":"`+ref+`"}}`)
+	t2 := mustCreate(t, s, "p1", `{"resourceType":"Task","status":"ready","intent":"order","basedOn":[{"reference":"`+ref+`"}]}`)
+	mustCreate(t, s, "p1", `{"resourceType":"Task","status":"ready","intent":"order"}`)
+	// The query the reference's web app sends for a resource's timeline.
+	f := "_filter=" + strings.NewReplacer(" ", "%20", "/", "%2F").Replace(fmt.Sprintf("based-on eq %s or focus eq %s or subject eq %s", ref, ref, ref))
+	expectIDs(t, s, sc, "Task", f+"&_count=100", t1.ID, t2.ID)
+	expectIDs(t, s, sc, "Task", f+"&focus:missing=true", t2.ID)
+
+	a := mustCreate(t, s, "p1", `{"resourceType":"Patient","gender":"female","birthDate":"1990-01-01","name":[{"family":"Ada"}],"telecom":[{"system":"email","value":"a@x"}]}`)
+	b := mustCreate(t, s, "p1", `{"resourceType":"Patient","gender":"male","birthDate":"2005-06-07","name":[{"family":"Adams"}]}`)
+	c := mustCreate(t, s, "p1", `{"resourceType":"Patient","gender":"male","birthDate":"1970","name":[{"family":"Cleo"}]}`)
+	for q, want := range map[string][]string{
+		`name eq ada`:                           {a.ID},
+		`name eq "ADA"`:                         {a.ID},
+		`name sw ada`:                           {a.ID, b.ID},
+		`name co dam`:                           {b.ID},
+		`name ew ams`:                           {b.ID},
+		`name ne ada`:                           {b.ID, c.ID},
+		`gender eq male and birthdate ge 2000`:  {b.ID},
+		`gender eq female or birthdate lt 1980`: {a.ID, c.ID},
+		`not (gender eq male)`:                  {a.ID},
+		`(gender eq male or name eq ada) and birthdate gt 1980`: {a.ID, b.ID},
+		`email pr true`:  {a.ID},
+		`email pr false`: {b.ID, c.ID},
+		`gender ne male`: {a.ID},
+	} {
+		esc := strings.NewReplacer(" ", "%20", `"`, "%22", "(", "%28", ")", "%29").Replace(q)
+		expectIDs(t, s, sc, "Patient", "_filter="+esc, want...)
+	}
+}
+
+func testSearchShapesAgree(t *testing.T, s store.Store) {
+	sc := store.ProjectScope("p1")
+	var pats, all []string
+	for i := 0; i < 30; i++ {
+		typ := []string{"Patient", "Practitioner", "ClientApplication"}[i%3]
+		id := mustCreate(t, s, "p1", fmt.Sprintf(`{"resourceType":"ProjectMembership","project":{"reference":"Project/p1"},"user":{"reference":"User/u%d"},"profile":{"reference":"%s/x%d"},"active":%v}`, i, typ, i, i%2 == 0)).ID
+		all = append(all, id)
+		if typ == "Patient" {
+			pats = append(pats, id)
+		}
+	}
+	mustCreate(t, s, "p2", `{"resourceType":"ProjectMembership","project":{"reference":"Project/p2"},"user":{"reference":"User/u"},"profile":{"reference":"Patient/x"}}`)
+	// One token value: streamed from its index rows, in _lastUpdated order.
+	expectOrder(t, s, sc, "ProjectMembership", "profile-type=Patient", pats...)
+	expectOrder(t, s, sc, "ProjectMembership", "profile-type=Patient&_count=3&_offset=4", pats[4:7]...)
+	rev := append([]string{}, pats...)
+	for i, j := 0, len(rev)-1; i < j; i, j = i+1, j-1 {
+		rev[i], rev[j] = rev[j], rev[i]
+	}
+	expectOrder(t, s, sc, "ProjectMembership", "profile-type=Patient&_sort=-_lastUpdated", rev...)
+	expectOrder(t, s, sc, "ProjectMembership", "profile-type=Patient&active=true", pats[0], pats[2], pats[4], pats[6], pats[8])
+	expectTotal(t, s, sc, "ProjectMembership", "profile-type=Patient", 10)
+	expectTotal(t, s, sc, "ProjectMembership", "profile-type:not=ClientApplication,Practitioner", 10)
+	expectTotal(t, s, sc, "ProjectMembership", "profile-type:not=Patient", 20)
+	expectTotal(t, s, sc, "ProjectMembership", "", 30)
+	expectTotal(t, s, sc, "ProjectMembership", "profile-type=Patient&active=true", 5)
+	expectTotal(t, s, store.AllProjects, "ProjectMembership", "profile-type=Patient", 11)
+	// Walked: every type but ClientApplication, in order.
+	var humans []string
+	for i, id := range all {
+		if i%3 != 2 {
+			humans = append(humans, id)
+		}
+	}
+	expectOrder(t, s, sc, "ProjectMembership", "profile-type:not=ClientApplication&_count=100", humans...)
+
+	// A value under two systems is listed once, whichever shape runs.
+	two := mustCreate(t, s, "p1", `{"resourceType":"Patient","identifier":[{"system":"urn:a","value":"dup"},{"system":"urn:b","value":"dup"}],"name":[{"family":"Dupont","given":["Dupontel"]}]}`)
+	expectOrder(t, s, sc, "Patient", "identifier=dup", two.ID)
+	expectTotal(t, s, sc, "Patient", "identifier=dup", 1)
+	expectOrder(t, s, sc, "Patient", "name=dupont", two.ID)
+	expectTotal(t, s, sc, "Patient", "name=dupont", 1)
+	expectOrder(t, s, sc, "Patient", "name=dupont&identifier=dup", two.ID)
+	// Deleted resources are gone from every shape and count.
+	if err := s.Delete(context.Background(), sc, "Patient", two.ID, store.Write{}); err != nil {
+		t.Fatal(err)
+	}
+	expectOrder(t, s, sc, "Patient", "identifier=dup")
+	expectTotal(t, s, sc, "Patient", "identifier:not=dup", 0)
+}
