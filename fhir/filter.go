@@ -70,7 +70,7 @@ func lexFilter(s string) ([]filterToken, error) {
 	for i := 0; i < len(s); {
 		c := s[i]
 		switch {
-		case c == ' ' || c == '\t' || c == '\n' || c == '\r':
+		case isFilterSpace(c):
 			i++
 		case c == '(' || c == ')':
 			out = append(out, filterToken{text: string(c)})
@@ -91,7 +91,7 @@ func lexFilter(s string) ([]filterToken, error) {
 			i = j + 1
 		default:
 			j := i
-			for j < len(s) && !unicode.IsSpace(rune(s[j])) && s[j] != '(' && s[j] != ')' {
+			for j < len(s) && !isFilterSpace(s[j]) && s[j] != '(' && s[j] != ')' {
 				j++
 			}
 			out = append(out, filterToken{text: s[i:j]})
@@ -100,6 +100,10 @@ func lexFilter(s string) ([]filterToken, error) {
 	}
 	return out, nil
 }
+
+// isFilterSpace is ASCII white space (the lexer works on bytes: a byte of a
+// multi-byte character is never space).
+func isFilterSpace(c byte) bool { return c < 0x80 && unicode.IsSpace(rune(c)) }
 
 type filterParser struct {
 	toks  []filterToken

@@ -93,9 +93,11 @@ func TestExtract(t *testing.T) {
 }
 
 func FuzzParseSearch(f *testing.F) {
-	for _, s := range []string{"name=ada", "profile-type%3Anot=ClientApplication%2CBot", `identifier=a|b,c\,d`, "birthdate=ge2020&_count=3&_sort=-_lastUpdated", "_id=x&_lastUpdated=lt2020-01-01T00:00:00Z"} {
+	for _, s := range []string{"name=ada", "profile-type%3Anot=ClientApplication%2CBot", `identifier=a|b,c\,d`, "birthdate=ge2020&_count=3&_sort=-_lastUpdated", "_id=x&_lastUpdated=lt2020-01-01T00:00:00Z",
+		"subject:Patient.name:exact=x&_sort=-date,code", "_filter=name%20eq%20%22x%22%20or%20not%20(code%20eq%20a)", "value-quantity=gt5.4|http://u|mg&_summary=count", "url:below=http://x/&_fields=id"} {
 		f.Add("Patient", s)
 		f.Add("ProjectMembership", s)
+		f.Add("Observation", s)
 	}
 	f.Fuzz(func(t *testing.T, typ, q string) {
 		req, err := ParseSearch(typ, q)

@@ -48,6 +48,9 @@ type SearchParamDef struct {
 	Base       []string
 	Expression string
 	Target     []string
+	// Single is set when every resource has at most one value (a path of
+	// elements of cardinality ..1): a count needs no DISTINCT.
+	Single bool
 }
 
 // SearchParam is one search parameter of one resource type: the part of a
@@ -66,6 +69,8 @@ type SearchParam struct {
 	// Column is set for parameters answered from the resource row itself
 	// (_id, _lastUpdated, _project) instead of the search index.
 	Column string
+	// Single is set when a resource has at most one value.
+	Single bool
 
 	path *PathExpr
 }
@@ -140,7 +145,7 @@ func buildParamIndex(defs []SearchParamDef) (map[string]map[string]*SearchParam,
 				continue // a type's own definition wins over Resource's
 			}
 			idx[t][d.Code] = &SearchParam{Code: d.Code, Type: d.Type, ResourceType: t, Expression: d.Expression,
-				Target: d.Target, URL: d.URL, Column: columnParams[d.Code], path: expr}
+				Target: d.Target, URL: d.URL, Column: columnParams[d.Code], Single: d.Single, path: expr}
 		}
 	}
 	return idx, skipped
@@ -179,7 +184,7 @@ var searchIndexVersion = func() string {
 	h := sha256.New()
 	io.WriteString(h, extractVersion)
 	for _, d := range append(append([]SearchParamDef{}, searchParamDefs...), serverParamDefs...) {
-		fmt.Fprintf(h, "\n%s %s %s %v %q %v", d.URL, d.Code, d.Type, d.Base, d.Expression, d.Target)
+		fmt.Fprintf(h, "\n%s %s %s %v %q %v %v", d.URL, d.Code, d.Type, d.Base, d.Expression, d.Target, d.Single)
 	}
 	names := make([]string, 0, len(choiceElements))
 	for n := range choiceElements {

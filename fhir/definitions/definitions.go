@@ -78,26 +78,21 @@ func parse(gz []byte) (*Set, error) {
 		return nil, fmt.Errorf("definitions: %w", err)
 	}
 	s := &Set{byType: map[string][]*Resource{}, byID: map[string]*Resource{}, byURL: map[string]*Resource{}}
-	for len(data) > 0 {
-		line := data
-		if i := bytes.IndexByte(data, '\n'); i >= 0 {
-			line, data = data[:i], data[i+1:]
-		} else {
-			data = nil
+	// The first line is the index of the others (see internal/refresh).
+	first, rest, _ := bytes.Cut(data, []byte{'\n'})
+	var head struct {
+		Index [][4]string `json:"index"`
+	}
+	if err := json.Unmarshal(first, &head); err != nil {
+		return nil, fmt.Errorf("definitions: index: %w", err)
+	}
+	for _, h := range head.Index {
+		line, next, ok := bytes.Cut(rest, []byte{'\n'})
+		if !ok && len(line) == 0 {
+			return nil, fmt.Errorf("definitions: %d resources for an index of %d", len(s.all), len(head.Index))
 		}
-		if len(line) == 0 {
-			continue
-		}
-		var head struct {
-			ResourceType string `json:"resourceType"`
-			ID           string `json:"id"`
-			URL          string `json:"url"`
-			Name         string `json:"name"`
-		}
-		if err := json.Unmarshal(line, &head); err != nil {
-			return nil, fmt.Errorf("definitions: line %d: %w", len(s.all)+1, err)
-		}
-		r := &Resource{Type: head.ResourceType, ID: head.ID, URL: head.URL, Name: head.Name, JSON: line}
+		rest = next
+		r := &Resource{Type: h[0], ID: h[1], URL: h[2], Name: h[3], JSON: line}
 		s.all = append(s.all, r)
 		s.byType[r.Type] = append(s.byType[r.Type], r)
 		s.byID[r.Type+"/"+r.ID] = r

@@ -6,6 +6,7 @@ import (
 	"sync"
 
 	"github.com/sandbot/sandbot/fhir"
+	"github.com/sandbot/sandbot/fhir/definitions"
 	"github.com/sandbot/sandbot/internal/httpx"
 )
 
@@ -24,11 +25,15 @@ func capabilityStatement() map[string]any {
 		for _, t := range types {
 			var params []any
 			for _, p := range fhir.ParamsFor(t) {
-				params = append(params, map[string]any{"name": p.Code, "type": typeName(p.Type)})
+				params = append(params, map[string]any{"name": p.Code, "type": p.Type.FHIRType(), "definition": p.URL})
+			}
+			interactions := []any{map[string]any{"code": "read"}, map[string]any{"code": "vread"}, map[string]any{"code": "update"}, map[string]any{"code": "patch"}, map[string]any{"code": "delete"}, map[string]any{"code": "history-instance"}, map[string]any{"code": "create"}, map[string]any{"code": "search-type"}}
+			if definitions.Serves(t) { // read-only
+				interactions = []any{map[string]any{"code": "read"}, map[string]any{"code": "vread"}, map[string]any{"code": "history-instance"}, map[string]any{"code": "search-type"}}
 			}
 			resources = append(resources, map[string]any{
 				"type":        t,
-				"interaction": []any{map[string]any{"code": "read"}, map[string]any{"code": "vread"}, map[string]any{"code": "update"}, map[string]any{"code": "patch"}, map[string]any{"code": "delete"}, map[string]any{"code": "history-instance"}, map[string]any{"code": "create"}, map[string]any{"code": "search-type"}},
+				"interaction": interactions,
 				"versioning":  "versioned",
 				"readHistory": true,
 				"searchParam": params,
@@ -50,18 +55,12 @@ func capabilityStatement() map[string]any {
 				"operation": []any{
 					map[string]any{"name": "execute", "definition": "Bot/$execute"},
 					map[string]any{"name": "deploy", "definition": "Bot/$deploy"},
+					map[string]any{"name": "expand", "definition": "ValueSet/$expand"},
 				},
 			}},
 		}
 	})
 	return capability
-}
-
-func typeName(t fhir.ParamType) string {
-	if t == fhir.BooleanParam {
-		return "token"
-	}
-	return string(t)
 }
 
 func fhirTypes() []string {

@@ -118,6 +118,7 @@ func requirePrincipal(next http.Handler) http.Handler {
 }
 
 func (h *Handler) resourceRoutes(api *mux.Router) {
+	h.definitionRoutes(api)
 	api.HandleFunc("/{type}", h.search).Methods(http.MethodGet)
 	api.HandleFunc("/{type}/_search", h.searchPost).Methods(http.MethodPost)
 	api.HandleFunc("/{type}", h.create).Methods(http.MethodPost)

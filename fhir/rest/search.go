@@ -17,19 +17,28 @@ func (h *Handler) search(w http.ResponseWriter, r *http.Request) {
 
 // searchPost is POST /{type}/_search with a form body.
 func (h *Handler) searchPost(w http.ResponseWriter, r *http.Request) {
+	query, err := h.searchQuery(r)
+	if err != nil {
+		h.fail(w, r, err)
+		return
+	}
+	h.runSearch(w, r, query)
+}
+
+// searchQuery is the query of a search: the URL's, and a POST's form body.
+func (h *Handler) searchQuery(r *http.Request) (string, error) {
 	query := r.URL.RawQuery
-	if httpx.MediaType(r) == "application/x-www-form-urlencoded" {
+	if r.Method == http.MethodPost && httpx.MediaType(r) == "application/x-www-form-urlencoded" {
 		body, err := httpx.ReadBody(r, h.cfg.Limits.JSONBodyBytes)
 		if err != nil {
-			h.fail(w, r, err)
-			return
+			return "", err
 		}
 		if query != "" && len(body) > 0 {
 			query += "&"
 		}
 		query += string(body)
 	}
-	h.runSearch(w, r, query)
+	return query, nil
 }
 
 func (h *Handler) runSearch(w http.ResponseWriter, r *http.Request, rawQuery string) {

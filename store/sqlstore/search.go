@@ -259,7 +259,14 @@ func (s *Store) count(ctx context.Context, b *builder, req *fhir.SearchRequest, 
 				negated = f.Values[0].Raw == "true"
 			}
 			src := b.indexRows(f)
-			n, err := get(`SELECT COUNT(DISTINCT i.resource_id) FROM `+src.sql, src.args)
+			// A resource has one row per (code, system, value): rows are
+			// resources when the parameter has one value per resource, or
+			// the filter one value with its system.
+			what := `COUNT(DISTINCT i.resource_id)`
+			if _, sys := tokenSystem(f, f.Values[0]); f.Param.Single || len(f.Values) == 1 && sys && fhir.KindOf(f.Param.Type) == fhir.TokenIndex && f.Modifier == "" {
+				what = `COUNT(*)`
+			}
+			n, err := get(`SELECT `+what+` FROM `+src.sql, src.args)
 			if err != nil || !negated {
 				return n, err
 			}
@@ -567,7 +574,13 @@ func (b *builder) order(req *fhir.SearchRequest) (string, []any) {
 		args = append(args, k.Param.Code)
 	}
 	if last := req.Sort[len(req.Sort)-1]; last.Param != nil || last.Column != "id" {
-		keys = append(keys, "r.id")
+		// The id breaks ties in the direction of the last key, so that a
+		// descending _lastUpdated is one backward walk of its index.
+		if last.Descending {
+			keys = append(keys, "r.id DESC")
+		} else {
+			keys = append(keys, "r.id")
+		}
 	}
 	return strings.Join(keys, ", "), args
 }

@@ -89,7 +89,7 @@ func testSearchNumberQuantityURI(t *testing.T, s store.Store) {
 	a, b, c := q("5.4", "mg"), q("100", "mg"), q("100", "kg")
 	expectIDs(t, s, sc, "Observation", "value-quantity=5.4", a.ID)
 	expectIDs(t, s, sc, "Observation", "value-quantity=5", a.ID) // 5 is [4.5, 5.5)
-	expectIDs(t, s, sc, "Observation", "value-quantity=5.41") // [5.405, 5.415)
+	expectIDs(t, s, sc, "Observation", "value-quantity=5.41")    // [5.405, 5.415)
 	expectIDs(t, s, sc, "Observation", "value-quantity=gt50", b.ID, c.ID)
 	expectIDs(t, s, sc, "Observation", "value-quantity=lt100", a.ID)
 	expectIDs(t, s, sc, "Observation", "value-quantity=le100", a.ID, b.ID, c.ID)

@@ -52,6 +52,7 @@ type structureDefinition struct {
 	Snapshot struct {
 		Element []struct {
 			Path string `json:"path"`
+			Max  string `json:"max"`
 			Type []struct {
 				Code string `json:"code"`
 			} `json:"type"`
@@ -65,6 +66,7 @@ func generate() ([]byte, error) {
 		return nil, err
 	}
 	elementTypes := map[string][]string{} // "Patient.active" -> ["boolean"]
+	elementMax := map[string]string{}     // "Patient.active" -> "1"
 	choices := map[string]bool{}
 	for _, r := range set.All("StructureDefinition") {
 		var sd structureDefinition
@@ -83,6 +85,7 @@ func generate() ([]byte, error) {
 			}
 			if _, ok := elementTypes[path]; !ok {
 				elementTypes[path] = codes
+				elementMax[path] = e.Max
 			}
 		}
 	}
@@ -104,6 +107,9 @@ func generate() ([]byte, error) {
 		fmt.Fprintf(&b, "\t{URL: %q, Code: %q, Type: %s, Base: %s, Expression: %q", sp.URL, sp.Code, typ, stringSlice(sp.Base), sp.Expression)
 		if len(sp.Target) > 0 {
 			fmt.Fprintf(&b, ", Target: %s", stringSlice(sp.Target))
+		}
+		if singleValued(sp.Expression, elementTypes, elementMax) {
+			b.WriteString(", Single: true")
 		}
 		b.WriteString("},\n")
 	}
@@ -142,6 +148,58 @@ func onlyBooleans(expr string, elementTypes map[string][]string) bool {
 	}
 	return true
 }
+
+// singleValued reports whether an expression gives at most one value per
+// resource: one plain path (possibly ending in resolve().resourceType)
+// whose every element has cardinality ..1.
+// A union of such paths, one per resource type ("Patient.gender |
+// Practitioner.gender"), is single-valued too: a resource only has its
+// type's.
+func singleValued(expr string, elementTypes map[string][]string, elementMax map[string]string) bool {
+	roots := map[string]bool{}
+	for _, part := range strings.Split(expr, "|") {
+		part = strings.TrimSpace(part)
+		root, _, _ := strings.Cut(part, ".")
+		if roots[root] || !singlePath(part, elementTypes, elementMax) {
+			return false
+		}
+		roots[root] = true
+	}
+	return true
+}
+
+func singlePath(expr string, elementTypes map[string][]string, elementMax map[string]string) bool {
+	expr = strings.TrimSuffix(expr, ".resolve().resourceType")
+	if !simplePath.MatchString(expr) {
+		return false
+	}
+	segs := strings.Split(expr, ".")
+	cur := segs[0]
+	var types []string
+	for _, s := range segs[1:] {
+		key := cur + "." + s
+		t, ok := elementTypes[key]
+		if !ok || elementMax[key] != "1" {
+			return false
+		}
+		types = t
+		if len(t) == 1 && t[0] != "BackboneElement" && t[0] != "Element" {
+			cur = t[0]
+		} else {
+			cur = key
+		}
+	}
+	for _, t := range types {
+		if manyValues[t] {
+			return false
+		}
+	}
+	return true
+}
+
+// manyValues are the types one element of which gives several index values
+// (a CodeableConcept's codings, a name's parts, a Timing's events).
+var manyValues = map[string]bool{"CodeableConcept": true, "HumanName": true, "Address": true, "Timing": true, "BackboneElement": true, "Element": true}
 
 // resolveType follows a dotted path through resource and data type
 // definitions.

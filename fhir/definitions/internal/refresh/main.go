@@ -74,9 +74,15 @@ func run(pkgDir, dataDir string) error {
 	if err := json.Unmarshal(b, &pkg); err != nil {
 		return err
 	}
+	// A resource is known by its type and url (by its id when it has no
+	// url): a later one with the same key replaces the earlier one, as the
+	// reference's redefinitions do. Ids stay unique per type: a resource
+	// whose id is taken by another url gets one made from its url.
 	var order []string
 	byKey := map[string][]byte{}
-	urls := map[string]string{} // type+url -> key
+	idOf := map[string]string{}    // key -> type/id
+	keyOfID := map[string]string{} // type/id -> key
+	heads := map[string][4]string{}
 	counts := map[string]int{}
 	for _, name := range sources {
 		raw, err := os.ReadFile(filepath.Join(pkgDir, "dist", "fhir", "r4", name))
@@ -107,26 +113,28 @@ func run(pkgDir, dataDir string) error {
 			}
 			url, _ := r["url"].(string)
 			id, _ := r["id"].(string)
-			if !validID.MatchString(id) {
-				id = idFromURL(url)
-				r["id"] = id
+			key := typ + " " + url
+			if url == "" {
+				key = typ + "/" + id
 			}
-			key := typ + "/" + id
-			if prev, ok := urls[typ+" "+url]; ok && url != "" && prev != key {
-				// The same url under another id: the later one replaces it.
-				delete(byKey, prev)
-			}
-			if _, ok := byKey[key]; !ok {
+			if prev, ok := idOf[key]; ok {
+				id = strings.TrimPrefix(prev, typ+"/") // a replacement keeps the id
+			} else {
+				if !validID.MatchString(id) || keyOfID[typ+"/"+id] != "" {
+					id = idFromURL(url)
+				}
 				order = append(order, key)
+				idOf[key] = typ + "/" + id
+				keyOfID[typ+"/"+id] = key
 			}
+			r["id"] = id
 			line, err := fhir.Resource(r).Marshal() // as the server writes resources
 			if err != nil {
 				return err
 			}
 			byKey[key] = line
-			if url != "" {
-				urls[typ+" "+url] = key
-			}
+			name, _ := r["name"].(string)
+			heads[key] = [4]string{typ, id, url, name}
 		}
 	}
 	var out bytes.Buffer
@@ -134,13 +142,21 @@ func run(pkgDir, dataDir string) error {
 	if err != nil {
 		return err
 	}
+	// The first line indexes the others: [type, id, url, name] each, so
+	// that loading does not decode every resource.
+	index := make([][4]string, len(order))
+	for i, key := range order {
+		index[i] = heads[key]
+		counts[heads[key][0]]++
+	}
+	head, err := json.Marshal(map[string]any{"index": index})
+	if err != nil {
+		return err
+	}
+	zw.Write(head)
+	zw.Write([]byte{'\n'})
 	for _, key := range order {
-		line, ok := byKey[key]
-		if !ok {
-			continue
-		}
-		counts[strings.SplitN(key, "/", 2)[0]]++
-		zw.Write(line)
+		zw.Write(byKey[key])
 		zw.Write([]byte{'\n'})
 	}
 	if err := zw.Close(); err != nil {
