@@ -58,6 +58,9 @@ type Page struct {
 // of the store's (fhir.MatchInMemory): filters, _filter, _sort, paging.
 // Without _sort the package's order is kept.
 func (s *Set) Search(req *fhir.SearchRequest) (*Page, error) {
+	if page, ok := s.lookup(req); ok {
+		return page, nil
+	}
 	ti, err := s.typeIndex(req.ResourceType)
 	if err != nil {
 		return nil, err
@@ -84,6 +87,33 @@ func (s *Set) Search(req *fhir.SearchRequest) (*Page, error) {
 		page.Resources = append(page.Resources, list[i])
 	}
 	return page, nil
+}
+
+// lookup answers the searches clients make most, one url or one id, from
+// the loaded index, without decoding the type's definitions.
+func (s *Set) lookup(req *fhir.SearchRequest) (*Page, bool) {
+	if len(req.Filters) != 1 || len(req.Expr) > 0 || len(req.AnyOf) > 0 || len(req.Sort) > 0 || req.Offset > 0 {
+		return nil, false
+	}
+	f := req.Filters[0]
+	if f.Modifier != "" || f.Chain != nil || len(f.Values) != 1 || !(f.Param.Code == "url" && f.Param.Type == fhir.URIParam || f.Param.Code == "_id") {
+		return nil, false
+	}
+	var r *Resource
+	var found bool
+	if f.Param.Code == "url" {
+		r, found = s.byURL[req.ResourceType+" "+f.Values[0].Code]
+	} else {
+		r, found = s.Read(req.ResourceType, f.Values[0].Code)
+	}
+	page := &Page{}
+	if found {
+		page.Total = 1
+		if req.Count > 0 {
+			page.Resources = []*Resource{r}
+		}
+	}
+	return page, true
 }
 
 func less(rules []fhir.SortRule, list []*Resource, ti *typeIndex, a, b int) bool {

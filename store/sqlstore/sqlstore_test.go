@@ -285,3 +285,73 @@ func TestChangeFeedPollsWhatWasNotNotified(t *testing.T) {
 		})
 	}
 }
+
+// TestReindexAtStart: index rows written under another version of the
+// parameter table are rebuilt when the store is next opened with Migrate,
+// resuming where an interrupted rebuild stopped, and a second open does
+// nothing.
+func TestReindexAtStart(t *testing.T) {
+	for _, b := range storetest.Backends(t) {
+		t.Run(b.Name, func(t *testing.T) {
+			ctx := context.Background()
+			url := b.NewURL(t)
+			s := openStore(t, url)
+			var ids []string
+			for i := 0; i < 3; i++ {
+				rec, err := s.Create(ctx, fhir.Resource{"resourceType": "Patient", "name": []any{map[string]any{"family": "Reindex"}}}, store.Write{Project: "p1"})
+				if err != nil {
+					t.Fatal(err)
+				}
+				ids = append(ids, rec.ID)
+			}
+			found := func(s *sqlstore.Store) int {
+				req, _ := fhir.ParseSearch("Patient", "name=reindex")
+				res, err := s.Search(ctx, store.AllProjects, req)
+				if err != nil {
+					t.Fatal(err)
+				}
+				return len(res.Records)
+			}
+			if n := found(s); n != 3 {
+				t.Fatalf("found %d before", n)
+			}
+			// An older index: no rows, another version; a rebuild that
+			// stopped after the second resource (ids are in creation order).
+			exec := func(q string) {
+				if _, err := s.DB().ExecContext(ctx, q); err != nil {
+					t.Fatalf("%s: %v", q, err)
+				}
+			}
+			exec(`DELETE FROM search_string`)
+			exec(`UPDATE key_values SET value = 'old' WHERE name = 'search-index-version'`)
+			exec(`INSERT INTO key_values (name, value) VALUES ('search-index-progress', '` + fhir.SearchIndexVersion() + `:` + ids[1] + `')`)
+			s.Close()
+			s2 := openStore(t, url)
+			if n := found(s2); n != 1 {
+				t.Errorf("after a resumed rebuild: found %d, want only the one after the progress mark", n)
+			}
+			var v string
+			if err := s2.DB().QueryRowContext(ctx, `SELECT value FROM key_values WHERE name = 'search-index-version'`).Scan(&v); err != nil || v != fhir.SearchIndexVersion() {
+				t.Errorf("version %q %v", v, err)
+			}
+			// A full rebuild from another version.
+			if _, err := s2.DB().ExecContext(ctx, `UPDATE key_values SET value = 'old' WHERE name = 'search-index-version'`); err != nil {
+				t.Fatal(err)
+			}
+			s2.Close()
+			s3 := openStore(t, url)
+			if n := found(s3); n != 3 {
+				t.Errorf("after a rebuild: found %d", n)
+			}
+			var rows int
+			s3.DB().QueryRowContext(ctx, `SELECT COUNT(*) FROM search_string`).Scan(&rows)
+			s3.Close()
+			s4 := openStore(t, url) // nothing to do: the rows stay as they are
+			var again int
+			s4.DB().QueryRowContext(ctx, `SELECT COUNT(*) FROM search_string`).Scan(&again)
+			if again != rows || found(s4) != 3 {
+				t.Errorf("second open changed the index: %d -> %d rows", rows, again)
+			}
+		})
+	}
+}
