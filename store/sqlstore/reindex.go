@@ -24,7 +24,7 @@ const (
 
 // reindexAll rebuilds the search index of every live resource when it was
 // written under another version of the parameter table or of the
-// extraction (after migration 0003, or a refresh of the definitions). It
+// extraction (after migration 0004, or a refresh of the definitions). It
 // runs in batches of reindexBatch resources, each in its own transaction,
 // in id order; running it again, or after an interruption, is safe.
 func (s *Store) reindexAll(ctx context.Context, q sqlx.ExtContext) error {

@@ -157,7 +157,7 @@ func (s *Store) reindex(ctx context.Context, res fhir.Resource, id, project stri
 
 // indexRows accumulates the search index rows of one or more resources, so
 // that each index table is written with multi-row INSERTs. Every row carries
-// the resource's last_updated (see migration 0003).
+// the resource's last_updated (see migration 0004).
 type indexRows struct{ tokens, strs, dates, nums []any }
 
 func (x *indexRows) add(res fhir.Resource, id, project string, lastUpdated int64) {
