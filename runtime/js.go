@@ -814,6 +814,9 @@ func (r *Runtime) compileJS(ctx context.Context, eng *jsEngine, hash string, cod
 	if _, err := inst.do(ctx, inst.runGC); err != nil {
 		return nil, loadErr(err, "Evaluating the code")
 	}
+	if err := r.setGCThreshold(ctx, inst); err != nil {
+		return nil, loadErr(err, "Evaluating the code")
+	}
 	size := inst.mod.Memory().Size()
 	b, _ := inst.mod.Memory().Read(0, size)
 	img, err := newJSImage(b, inst.sp.Get())
@@ -825,6 +828,34 @@ func (r *Runtime) compileJS(ctx context.Context, eng *jsEngine, hash string, cod
 	r.metrics.compileDuration.Observe(d.Seconds())
 	r.log.Info("JavaScript bot loaded", "hash", hash, "bytes", len(code), "image_bytes", img.size, "duration", d)
 	return m, nil
+}
+
+// jsGCHeadroom is how much an execution may allocate before the engine's
+// first garbage collection (see setGCThreshold).
+const jsGCHeadroom = 16 << 20
+
+// setGCThreshold lets an execution allocate up to jsGCHeadroom (or a quarter
+// of the memory limit) beyond the image before QuickJS collects cycles: a
+// collection walks, and so writes to, every object of the heap, including
+// @medplum/core's (4 ms, and a private copy of every heap page). Reference
+// counting still frees acyclic garbage at once, and the memory limit holds.
+func (r *Runtime) setGCThreshold(ctx context.Context, inst *jsInstance) error {
+	get, set, usage := inst.mod.ExportedFunction("qjs_get_gc_threshold"), inst.mod.ExportedFunction("qjs_set_gc_threshold"),
+		inst.mod.ExportedFunction("qjs_compute_memory_usage")
+	if get == nil || set == nil || usage == nil {
+		return errors.New("runtime: JavaScript engine lacks its GC threshold functions")
+	}
+	buf, err := inst.do(ctx, inst.malloc, 26*8)
+	if err != nil || buf == 0 {
+		return errors.Join(err, errors.New("malloc failed"))
+	}
+	defer inst.do(ctx, inst.free, buf)
+	if _, err := inst.do(ctx, usage, buf); err != nil {
+		return err
+	}
+	mallocSize, _ := inst.mod.Memory().ReadUint64Le(uint32(buf)) // field 0: malloc_size
+	_, err = inst.do(ctx, set, mallocSize+min(jsGCHeadroom, r.memoryLimit/4))
+	return err
 }
 
 // runJS runs one execution of a JavaScript bot. It returns the linear
