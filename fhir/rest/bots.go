@@ -158,21 +158,11 @@ func (h *Handler) deployBody(r *http.Request) ([]byte, string, error) {
 		b, err := httpx.ReadBody(r, limit)
 		return b, r.URL.Query().Get("filename"), err
 	case httpx.IsJSON(mt):
-		b, err := httpx.ReadBody(r, limit*4/3+4<<10)
-		if err != nil {
-			return nil, "", err
+		body, err := readDeployJSON(r, limit*4/3+4<<10)
+		if err != nil || body.Code == "" {
+			return nil, body.Filename, err
 		}
-		var body struct {
-			Code     *string `json:"code"`
-			Filename string  `json:"filename"`
-		}
-		if err := json.Unmarshal(b, &body); err != nil {
-			return nil, "", fhir.Invalid("Content could not be parsed")
-		}
-		if body.Code == nil || strings.TrimSpace(*body.Code) == "" {
-			return nil, body.Filename, nil
-		}
-		wasm, err := decodeBase64(*body.Code)
+		wasm, err := decodeBase64(body.Code)
 		if err != nil {
 			return nil, "", fhir.Invalid("code must be the module in base64 (this Bot's runtimeVersion is wasm; a JavaScript bot has runtimeVersion vmcontext)", "code")
 		}
@@ -183,6 +173,28 @@ func (h *Handler) deployBody(r *http.Request) ([]byte, string, error) {
 	default:
 		return nil, "", fhir.Errorf(fhir.EUnsupportedMedia, "Unsupported media type: $deploy takes application/wasm or JSON {code, filename}")
 	}
+}
+
+// deployJSON is the reference's $deploy body. Code is "" when absent or
+// blank: redeploy what the Bot points at.
+type deployJSON struct {
+	Code     string `json:"code"`
+	Filename string `json:"filename"`
+}
+
+func readDeployJSON(r *http.Request, limit int64) (deployJSON, error) {
+	var body deployJSON
+	b, err := httpx.ReadBody(r, limit)
+	if err != nil {
+		return body, err
+	}
+	if err := json.Unmarshal(b, &body); err != nil {
+		return deployJSON{}, fhir.Invalid("Content could not be parsed")
+	}
+	if strings.TrimSpace(body.Code) == "" {
+		body.Code = ""
+	}
+	return body, nil
 }
 
 func decodeBase64(s string) ([]byte, error) {

@@ -3,11 +3,9 @@ package rest
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
-	"strings"
 	"unicode/utf8"
 
 	"github.com/sandbot/sandbot/fhir"
@@ -95,22 +93,12 @@ func (h *Handler) jsDeployBody(r *http.Request) ([]byte, string, error) {
 	case mt == mediaWasm:
 		return nil, "", notJS
 	case httpx.IsJSON(mt):
-		b, err := httpx.ReadBody(r, 2*limit+4<<10) // JSON escapes can double text
-		if err != nil {
-			return nil, "", err
+		body, err := readDeployJSON(r, 2*limit+4<<10) // JSON escapes can double text
+		if err != nil || body.Code == "" {
+			return nil, body.Filename, err
 		}
-		var body struct {
-			Code     *string `json:"code"`
-			Filename string  `json:"filename"`
-		}
-		if err := json.Unmarshal(b, &body); err != nil {
-			return nil, "", fhir.Invalid("Content could not be parsed")
-		}
-		if body.Code == nil || strings.TrimSpace(*body.Code) == "" {
-			return nil, body.Filename, nil
-		}
-		code := []byte(*body.Code)
-		if wasm, err := decodeBase64(*body.Code); err == nil && bytes.HasPrefix(wasm, []byte("\x00asm")) {
+		code := []byte(body.Code)
+		if wasm, err := decodeBase64(body.Code); err == nil && bytes.HasPrefix(wasm, []byte("\x00asm")) {
 			return nil, "", notJS
 		}
 		if int64(len(code)) > limit {
