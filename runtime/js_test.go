@@ -88,6 +88,10 @@ func TestJSSyntaxErrorHasLineAndColumn(t *testing.T) {
 	if me.Line != 2 || me.Column == 0 || !strings.Contains(me.Reason, "SyntaxError") || !strings.Contains(me.Reason, "broken.js, line 2") {
 		t.Fatalf("ModuleError %+v", me)
 	}
+	big := make([]byte, r.cfg.Limits.ModuleBytes+1)
+	if _, err := r.CompileJS(context.Background(), big, "big.js"); !errors.As(err, &me) || !strings.Contains(me.Reason, "over the limit") {
+		t.Fatalf("code over the size limit: %v", err)
+	}
 	_, err = r.CompileJS(context.Background(), []byte("exports.handler = ) 1"), "first.js")
 	if !errors.As(err, &me) || me.Line != 1 || me.Column < 1 || me.Column > 20 {
 		t.Fatalf("first-line error %+v (%v)", me, err)

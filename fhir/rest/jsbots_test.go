@@ -131,9 +131,13 @@ exports.handler = async (medplum, event) => {
 			t.Errorf("unknown runtime: %d %s", r.Status, r.Body)
 		}
 
-		// The log is the AuditEvent's outcomeDesc.
-		time.Sleep(200 * time.Millisecond) // the audit writer batches
-		audit := c.Do("GET", "fhir/R4/AuditEvent?entity=Bot/"+hello, nil, "").JSON()
+		// The log is the AuditEvent's outcomeDesc (written in the background).
+		var audit map[string]any
+		for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+			if audit = c.Do("GET", "fhir/R4/AuditEvent?entity=Bot/"+hello, nil, "").JSON(); strings.Contains(string(mustJSON(audit)), "greeting Ada") {
+				break
+			}
+		}
 		if !strings.Contains(string(mustJSON(audit)), "greeting Ada") {
 			t.Errorf("AuditEvent does not hold the log: %s", mustJSON(audit))
 		}
