@@ -34,8 +34,12 @@ test-go:
 test-sdk:
 	cd sdk && $(GO) vet ./... && $(GO) test -count=1 ./...
 
+# compat/web is the browser test (its own lockfile: React, Mantine, Vite,
+# puppeteer-core); node --test in compat runs it with the other tests.
 test-node:
-	cd compat && npm ci --no-audit --no-fund --loglevel=error && node --test
+	cd compat && npm ci --no-audit --no-fund --loglevel=error
+	cd compat/web && npm ci --no-audit --no-fund --loglevel=error
+	cd compat && node --test
 
 # HL7 for FUZZTIME (60 s by default), its acknowledgements, the FHIR search,
 # _filter, FHIRPath and resource decoders, the bot input mapping and envelope parser, and the SDK's
