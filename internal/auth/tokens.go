@@ -3,8 +3,10 @@
 // and replicas agree), accepts Bearer and Basic credentials on every API
 // route, resolves them to a Principal (login, membership, project), and
 // serves /oauth2/token (client credentials, authorization code with PKCE,
-// refresh token), the password login (/auth/login, /auth/profile),
-// /auth/setpassword, /auth/me and the JWKS. Bodies are bounded by
+// refresh token), the password login (/auth/login, /auth/profile,
+// /auth/scope), /auth/setpassword, /auth/me, the web app's account endpoints
+// (/auth/method, /auth/changepassword, /auth/revoke, /oauth2/logout; see
+// account.go) and the JWKS. Bodies are bounded by
 // limits.Limits.AuthBodyBytes.
 package auth
 
