@@ -56,6 +56,7 @@ fuzz:
 	GO=$(GO) scripts/fuzz.sh . ./fhir FuzzMarshalMatchesEncodingJSON 10s
 	GO=$(GO) scripts/fuzz.sh . ./runtime FuzzInput 10s
 	GO=$(GO) scripts/fuzz.sh . ./runtime FuzzParseEnvelope 10s
+	GO=$(GO) scripts/fuzz.sh . ./internal/httpx FuzzClientIP 10s
 	GO=$(GO) scripts/fuzz.sh sdk . FuzzParseEvent 10s
 	GO=$(GO) scripts/fuzz.sh sdk . FuzzAppendValue 10s
 

@@ -215,9 +215,8 @@ func (s *Service) Invite(ctx context.Context, c Caller, pid string, req *InviteR
 		linkSecret string
 		requestID  string
 	)
-	updated := false
 	err = s.Store.InTx(ctx, func(tx store.Store) error {
-		out, newUser, userRef, requestID, linkSecret, updated = nil, false, "", "", "", false
+		out, newUser, userRef, requestID, linkSecret = nil, false, "", "", ""
 		var user fhir.Resource
 		if req.Email != "" {
 			// Concurrent invitations of one e-mail would each find no User
@@ -331,7 +330,6 @@ func (s *Service) Invite(ctx context.Context, c Caller, pid string, req *InviteR
 				if cur.Ref("profile") != profileRef {
 					return fhir.Errorf(fhir.EConflict, "User is already a member of this project with a different profile")
 				}
-				updated = true
 				out, err = tx.Update(ctx, store.ProjectScope(pid), "ProjectMembership", cur.ID(), store.Write{Author: c.author()},
 					func(m fhir.Resource) (fhir.Resource, error) {
 						for k, v := range tmpl {
@@ -354,11 +352,6 @@ func (s *Service) Invite(ctx context.Context, c Caller, pid string, req *InviteR
 	})
 	if err != nil {
 		return nil, err
-	}
-	if updated {
-		// Only a changed membership can be in a cached principal; a new one
-		// has never been used to log in.
-		s.changed()
 	}
 	if req.Email != "" && req.SendEmail {
 		s.sendInvite(ctx, req, project.String("name"), newUser, requestID, linkSecret)

@@ -121,7 +121,6 @@ func (s *Service) updateMember(ctx context.Context, c Caller, pid, mid string, f
 	if err != nil {
 		return nil, err
 	}
-	s.changed()
 	return out, nil
 }
 
@@ -230,6 +229,5 @@ func (s *Service) DeleteMember(ctx context.Context, c Caller, pid, mid string) e
 	if err != nil {
 		return err
 	}
-	s.changed()
 	return nil
 }

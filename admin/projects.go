@@ -155,9 +155,6 @@ func (s *Service) ReplaceProjectList(ctx context.Context, c Caller, id, field st
 		}
 		return cur, nil
 	})
-	if err == nil {
-		s.changed()
-	}
 	return rec, err
 }
 

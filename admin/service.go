@@ -72,10 +72,6 @@ type Service struct {
 	Log     *slog.Logger
 	// SuperProjectID is the super-admin project, which keeps server-scoped Users.
 	SuperProjectID string
-	// Changed is called after a membership or project change (the caches of
-	// logins and of bots' projects are dropped so that the change applies at
-	// once in this process).
-	Changed func()
 	// MailFailed is called when an invitation could not be sent (a metric).
 	MailFailed func()
 	// BeforeMembershipWrite, when set, runs inside the invite transaction
@@ -89,12 +85,6 @@ func (s *Service) log() *slog.Logger {
 		return slog.New(slog.DiscardHandler)
 	}
 	return s.Log
-}
-
-func (s *Service) changed() {
-	if s.Changed != nil {
-		s.Changed()
-	}
 }
 
 var system = fhir.Reference{Reference: "system"}

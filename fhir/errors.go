@@ -24,6 +24,7 @@ const (
 	EBusinessRule     ErrorCode = "business-rule"       // 422
 	EThrottled        ErrorCode = "too-many-requests"   // 429
 	ENotImplemented   ErrorCode = "not-implemented"     // 501
+	EUnavailable      ErrorCode = "unavailable"         // 503: a dependency (the database) cannot be reached; retry later
 	EInternal         ErrorCode = "internal"            // 500: never for a client mistake
 )
 
@@ -63,6 +64,7 @@ var (
 	ErrGone         = &Error{Code: EGone, Message: "Gone"}
 	ErrForbidden    = &Error{Code: EForbidden, Message: "Forbidden"}
 	ErrUnauthorized = &Error{Code: EUnauthorized, Message: "Unauthorized"}
+	ErrUnavailable  = &Error{Code: EUnavailable, Message: "Service unavailable: the database cannot be reached; retry later"}
 )
 
 // ErrorCodeOf returns the code of err, or EInternal when err is not an *Error.
@@ -108,6 +110,8 @@ func (c ErrorCode) Status() int {
 		return 429
 	case ENotImplemented:
 		return 501
+	case EUnavailable:
+		return 503
 	default:
 		return 500
 	}

@@ -56,6 +56,7 @@ var outcomeShape = map[ErrorCode]struct{ id, code, text string }{
 	EBusinessRule:     {"business-rule", "business-rule", ""},
 	EThrottled:        {"too-many-requests", "throttled", "Too Many Requests"},
 	ENotImplemented:   {"not-implemented", "not-supported", "Not implemented"},
+	EUnavailable:      {"unavailable", "transient", ""},
 	EInternal:         {"", "exception", "Internal server error"},
 }
 

@@ -135,11 +135,12 @@ type Store interface {
 	// missed (drop everything). fn must be quick: it runs on the goroutine
 	// that delivers the changes.
 	Subscribe(fn func([]Change)) (stop func())
-	// CountHit adds one to the counter named key in the window beginning at
-	// window and returns the new count. Every process on the database shares
-	// the counters (the auth rate limit holds across replicas); a window's
-	// counter is forgotten keep after it began.
-	CountHit(ctx context.Context, key string, window time.Time, keep time.Duration) (int64, error)
+	// CountHit counts a hit on key and returns the hits of its current
+	// window, and when that window ends. A window lasts window and begins at
+	// the first hit after the previous one ended. Every process on the
+	// database shares the counters (the auth rate limit holds across
+	// replicas).
+	CountHit(ctx context.Context, key string, window time.Duration) (hits int64, ends time.Time, err error)
 	// Ping checks that the store answers.
 	Ping(ctx context.Context) error
 	// Close releases the store.

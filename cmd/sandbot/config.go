@@ -40,6 +40,11 @@ type config struct {
 	LogLevel        string
 	TokenTTL        time.Duration
 	ShutdownTimeout time.Duration
+	ShutdownDrain   time.Duration
+	// TrustedProxies is the raw SANDBOT_TRUSTED_PROXIES; validate parses it
+	// into Proxies.
+	TrustedProxies string
+	Proxies        httpx.TrustedProxies
 	// Limits are set through the rows of limits.Settings; fields without a
 	// row keep their defaults.
 	Limits limits.Limits
@@ -77,6 +82,8 @@ func configFlags(fs *flag.FlagSet, cfg *config) {
 	str(&cfg.LogLevel, "log-level", "SANDBOT_LOG_LEVEL", "info", "debug, info, warn or error")
 	dur(&cfg.TokenTTL, "token-ttl", "SANDBOT_TOKEN_TTL", time.Hour, "access token lifetime")
 	dur(&cfg.ShutdownTimeout, "shutdown-timeout", "SANDBOT_SHUTDOWN_TIMEOUT", 30*time.Second, "how long in-flight requests may take to finish on shutdown")
+	dur(&cfg.ShutdownDrain, "shutdown-drain", "SANDBOT_SHUTDOWN_DRAIN", 5*time.Second, "on SIGTERM, how long /readyz answers 503 while the API still accepts connections, before it stops accepting (a Kubernetes preStop)")
+	str(&cfg.TrustedProxies, "trusted-proxies", "SANDBOT_TRUSTED_PROXIES", "", "comma-separated CIDRs of the load balancers whose X-Forwarded-For / Forwarded give the client address")
 	limitFlags(fs, &cfg.Limits)
 }
 
@@ -186,6 +193,14 @@ func (c *config) validate() error {
 	}
 	if c.ShutdownTimeout < 0 {
 		bad("SANDBOT_SHUTDOWN_TIMEOUT must be a duration (e.g. 30s)")
+	}
+	if c.ShutdownDrain < 0 {
+		bad("SANDBOT_SHUTDOWN_DRAIN must be a duration (e.g. 5s, or 0s for none)")
+	}
+	if p, err := httpx.ParseTrustedProxies(c.TrustedProxies); err != nil {
+		bad("SANDBOT_TRUSTED_PROXIES: %v", err)
+	} else {
+		c.Proxies = p
 	}
 	errs = append(errs, validateLimits(&c.Limits)...)
 	return errors.Join(errs...)

@@ -142,8 +142,9 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		ballast := make([]byte, gcBallastBytes)
 		defer goruntime.KeepAlive(ballast)
 	}
-	ctx, stop := signal.NotifyContext(ctx, syscall.SIGTERM, syscall.SIGINT)
-	defer stop()
+	signals := make(chan os.Signal, 2)
+	signal.Notify(signals, syscall.SIGTERM, syscall.SIGINT)
+	defer signal.Stop(signals)
 
 	st, err := sqlstore.Open(ctx, cfg.storeURL(), sqlstore.Options{Logger: log, Migrate: true})
 	if err != nil {
@@ -180,6 +181,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		SMTPURL:           cfg.SMTPURL,
 		AppBaseURL:        cfg.AppBaseURL,
 		CORSOrigins:       cfg.corsOrigins,
+		TrustedProxies:    cfg.Proxies,
 		Runtime:           rt,
 	}, st, reg, log)
 	if err != nil {
@@ -210,16 +212,33 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	log.Info("sandbot listening", "api", apiLis.Addr().String(), "ops", opsLis.Addr().String(),
 		"base_url", cfg.BaseURL, "store", st.Dialect(), "version", buildVersion())
 
+	var sig os.Signal
 	select {
 	case <-ctx.Done():
+	case sig = <-signals:
 	case err := <-errc:
 		log.Error("listener failed", "err", err)
 		return 1
 	}
-	// Readiness goes 503 first so that load balancers stop sending traffic,
-	// then in-flight requests finish within the shutdown timeout.
-	log.Info("shutting down")
+	// Readiness goes 503 at once, so that load balancers stop sending new
+	// requests. On SIGTERM (what orchestrators send) the API then keeps
+	// accepting for the drain delay, since a balancer needs a few health
+	// checks to notice and may still send what it had already chosen to:
+	// a closed port then would be a failed request. Answers during the
+	// drain close their connections (server.closeWhileDraining). Then the
+	// listener closes and in-flight requests get the shutdown timeout. An
+	// interactive stop (SIGINT) or a second signal skips the drain.
 	srv.SetReady(false)
+	if sig == syscall.SIGTERM && cfg.ShutdownDrain > 0 {
+		log.Info("draining: /readyz answers 503, still accepting", "drain", cfg.ShutdownDrain)
+		select {
+		case <-time.After(cfg.ShutdownDrain):
+		case <-signals:
+			log.Info("second signal: not waiting for the drain")
+		case <-ctx.Done():
+		}
+	}
+	log.Info("shutting down")
 	shutdownCtx, cancel := context.WithTimeout(context.Background(), cfg.ShutdownTimeout)
 	defer cancel()
 	if err := api.Shutdown(shutdownCtx); err != nil {

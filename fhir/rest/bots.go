@@ -253,20 +253,11 @@ func (h *Handler) loadModuleBytes(ctx context.Context, project string, bot fhir.
 // content hash recorded at deploy (so a redeploy is used by the next
 // execution on every replica), compiling from the stored Binary on a miss.
 func (h *Handler) module(ctx context.Context, project string, bot fhir.Resource) (*runtime.Module, error) {
-	code, _ := bot["executableCode"].(map[string]any)
-	if code == nil {
+	if code, _ := bot["executableCode"].(map[string]any); code == nil {
 		return nil, fhir.Invalid("No executable code")
 	}
-	if exts, ok := code["extension"].([]any); ok {
-		for _, e := range exts {
-			if m, ok := e.(map[string]any); ok && m["url"] == moduleHash {
-				if hash, _ := m["valueString"].(string); hash != "" {
-					if mod, ok := h.cfg.Runtime.Lookup(hash); ok && (mod.Shape() == runtime.JavaScript) == isJSBot(bot) {
-						return mod, nil
-					}
-				}
-			}
-		}
+	if mod, ok := h.heldModule(bot); ok {
+		return mod, nil
 	}
 	if isJSBot(bot) {
 		return h.jsModule(ctx, project, bot)
@@ -280,6 +271,35 @@ func (h *Handler) module(ctx context.Context, project string, bot fhir.Resource)
 		return nil, moduleError(err)
 	}
 	return mod, nil
+}
+
+// heldModule is the Bot's compiled module if the runtime holds it: found by
+// the content hash recorded at deploy (so a redeploy is used by the next
+// execution on every replica), and of the Bot's kind (a JavaScript bot runs
+// on the JavaScript engine's module).
+func (h *Handler) heldModule(bot fhir.Resource) (*runtime.Module, bool) {
+	hash := deployedHash(bot)
+	if hash == "" {
+		return nil, false
+	}
+	mod, ok := h.cfg.Runtime.Lookup(hash)
+	if !ok || (mod.Shape() == runtime.JavaScript) != isJSBot(bot) {
+		return nil, false
+	}
+	return mod, true
+}
+
+// deployedHash is the module hash $deploy recorded on a Bot, or "".
+func deployedHash(bot fhir.Resource) string {
+	code, _ := bot["executableCode"].(map[string]any)
+	exts, _ := code["extension"].([]any)
+	for _, e := range exts {
+		if m, ok := e.(map[string]any); ok && m["url"] == moduleHash {
+			hash, _ := m["valueString"].(string)
+			return hash
+		}
+	}
+	return ""
 }
 
 func (h *Handler) execute(w http.ResponseWriter, r *http.Request) {
@@ -401,19 +421,21 @@ func (h *Handler) findBot(ctx context.Context, p *auth.Principal, id, identifier
 }
 
 // botProject loads the bot's project and checks that it may run bots. The
-// project is re-read at most every projectTTL: its settings and secrets
-// reach executions within that time, while the Bot itself is read fresh.
+// project is kept in memory until the store announces a change to it (on
+// any replica), so its settings and secrets reach the next execution
+// everywhere; the Bot itself is read fresh.
 func (h *Handler) botProject(ctx context.Context, project string, bot fhir.Resource) (fhir.Resource, error) {
 	if err := checkRuntimeVersion(bot); err != nil {
 		return nil, err
 	}
 	prec := h.projects.get(project)
 	if prec == nil {
+		gen := h.projects.generation()
 		var err error
 		if prec, err = h.store.Read(ctx, store.AllProjects, "Project", project); err != nil {
 			return nil, err
 		}
-		h.projects.put(project, prec, projectTTL)
+		h.projects.put(project, prec, gen, projectTTL)
 	}
 	pr, err := h.parsed.resource(prec)
 	if err != nil {

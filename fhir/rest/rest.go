@@ -54,6 +54,9 @@ type Handler struct {
 	audits   *auditWriter
 	parsed   parsedCache
 	projects recentRecords
+	// warmer compiles changed Bots' modules in the background (nil
+	// without a runtime).
+	warmer *moduleWarmer
 }
 
 // New builds the handler.
@@ -64,25 +67,38 @@ func New(cfg Config) *Handler {
 	}
 	h := &Handler{cfg: cfg, store: cfg.Store, log: cfg.Log, base: cfg.BaseURL + "fhir/R4/", metrics: newBotMetrics(cfg.Registerer)}
 	h.audits = newAuditWriter(cfg.Store, cfg.Log, h.metrics)
+	if cfg.Runtime != nil {
+		h.warmer = newModuleWarmer(h, cfg.Registerer)
+	}
 	return h
 }
 
-// Forget drops what the handler keeps of projects, after a change made in
-// this process (other replicas see it within projectTTL).
-func (h *Handler) Forget() {
-	h.projects.mu.Lock()
-	h.projects.m = nil
-	h.projects.mu.Unlock()
-}
-
-func (h *Handler) forgetIfProject(typ string) {
-	if typ == "Project" {
-		h.Forget()
+// Changed acts on changes the store announces (store.Store.Subscribe), made
+// by this process or another replica: a changed Project (its settings and
+// secrets) is read again by the next execution; a changed Bot has its
+// module compiled in the background.
+func (h *Handler) Changed(changes []store.Change) {
+	var bots []string
+	for _, c := range changes {
+		switch c.ResourceType {
+		case "Project", "":
+			h.projects.forget()
+		case "Bot":
+			bots = append(bots, c.ID)
+		}
+	}
+	if len(bots) > 0 && h.warmer != nil {
+		h.warmer.add(bots)
 	}
 }
 
-// Close flushes pending audit events.
-func (h *Handler) Close() { h.audits.close() }
+// Close flushes pending audit events and stops the background compiler.
+func (h *Handler) Close() {
+	h.audits.close()
+	if h.warmer != nil {
+		h.warmer.close()
+	}
+}
 
 // AddRoutes registers extra authenticated routes under /fhir/R4 before the
 // generic resource routes (operations such as $execute).
@@ -396,7 +412,6 @@ func (h *Handler) update(w http.ResponseWriter, r *http.Request) {
 		h.fail(w, r, err)
 		return
 	}
-	h.forgetIfProject(typ)
 	h.writeRecord(w, http.StatusOK, rec, p)
 }
 
@@ -457,7 +472,6 @@ func (h *Handler) patch(w http.ResponseWriter, r *http.Request) {
 		h.fail(w, r, err)
 		return
 	}
-	h.forgetIfProject(typ)
 	h.writeRecord(w, http.StatusOK, rec, p)
 }
 
@@ -495,7 +509,6 @@ func (h *Handler) delete(w http.ResponseWriter, r *http.Request) {
 		h.fail(w, r, err)
 		return
 	}
-	h.forgetIfProject(typ)
 	httpx.WriteOutcome(w, r, http.StatusOK, fhir.AllOK())
 }
 

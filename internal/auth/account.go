@@ -168,8 +168,8 @@ func (a *Authenticator) handleLogout(w http.ResponseWriter, r *http.Request) {
 }
 
 // revokeLogin marks a login of userRef revoked: its tokens stop working and
-// its refresh token is refused. The principal caches of this process are
-// dropped so that it applies at once.
+// its refresh token is refused, at once on every replica (the store
+// announces the change to every principal cache).
 func (a *Authenticator) revokeLogin(ctx context.Context, loginID, userRef string) error {
 	_, err := a.store.Update(ctx, store.AllProjects, "Login", loginID, store.Write{Author: fhir.Reference{Reference: "system"}}, func(l fhir.Resource) (fhir.Resource, error) {
 		if l.Ref("user") != userRef {
@@ -180,9 +180,6 @@ func (a *Authenticator) revokeLogin(ctx context.Context, loginID, userRef string
 	})
 	if fhir.IsCode(err, fhir.EGone) {
 		err = fhir.ErrNotFound
-	}
-	if err == nil {
-		a.Forget()
 	}
 	return err
 }

@@ -123,7 +123,7 @@ func (a *Authenticator) issue(r *http.Request, p *Principal, method, scope, disp
 		"scope":         scope,
 		"granted":       true,
 		"authTime":      time.Now().UTC().Format(fhir.TimeFormat),
-		"remoteAddress": r.RemoteAddr,
+		"remoteAddress": httpx.ClientIP(r),
 	}
 	if p.ClientID != "" {
 		login["client"] = map[string]any{"reference": "ClientApplication/" + p.ClientID}

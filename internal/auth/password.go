@@ -183,7 +183,7 @@ func (a *Authenticator) handleLogin(w http.ResponseWriter, r *http.Request) {
 		"scope":         scope,
 		"granted":       false,
 		"authTime":      time.Now().UTC().Format(fhir.TimeFormat),
-		"remoteAddress": r.RemoteAddr,
+		"remoteAddress": httpx.ClientIP(r),
 	}
 	if challenge != "" {
 		if method == "" {

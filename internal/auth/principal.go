@@ -68,8 +68,10 @@ func WithPrincipal(ctx context.Context, p *Principal) context.Context {
 	return context.WithValue(ctx, principalKey{}, p)
 }
 
-// cacheTTL bounds how long a resolved login is reused: revocations and
-// membership changes reach every replica within it.
+// cacheTTL bounds how long a resolved login is reused. It is a safety net:
+// a change to what a principal is made of (its login, membership, access
+// policies, project or client) drops the cached principals on every replica
+// as soon as the store announces it (Changed), within milliseconds.
 const cacheTTL = 10 * time.Second
 
 type cached struct {
@@ -88,6 +90,9 @@ type Authenticator struct {
 
 	mu    sync.Mutex
 	cache map[string]cached
+	// gen counts invalidations: a principal resolved from reads made
+	// before one is not cached after it (it may be what was invalidated).
+	gen uint64
 }
 
 // NewAuthenticator builds an authenticator; its endpoints' bodies are
@@ -109,35 +114,71 @@ func (a *Authenticator) cacheGet(key string) *Principal {
 	return c.p
 }
 
-func (a *Authenticator) cachePut(key string, p *Principal) {
+// generation is taken before the reads a principal is resolved from.
+func (a *Authenticator) generation() uint64 {
 	a.mu.Lock()
 	defer a.mu.Unlock()
+	return a.gen
+}
+
+// cachePut caches p for cacheTTL, but never past limit (a token's expiry)
+// when limit is set, and not at all when something was invalidated since
+// gen was taken.
+func (a *Authenticator) cachePut(key string, p *Principal, gen uint64, limit time.Time) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.gen != gen {
+		return
+	}
+	now := time.Now()
 	if len(a.cache) > 10000 {
-		now := time.Now()
 		for k, c := range a.cache {
 			if now.After(c.expires) {
 				delete(a.cache, k)
 			}
 		}
 	}
-	a.cache[key] = cached{p: p, expires: time.Now().Add(cacheTTL)}
-}
-
-// cachePutUntil caches for cacheTTL but never past limit (a token's expiry).
-func (a *Authenticator) cachePutUntil(key string, p *Principal, limit time.Time) {
-	a.cachePut(key, p)
-	if limit.Before(time.Now().Add(cacheTTL)) {
-		a.mu.Lock()
-		a.cache[key] = cached{p: p, expires: limit}
-		a.mu.Unlock()
+	expires := now.Add(cacheTTL)
+	if !limit.IsZero() && limit.Before(expires) {
+		expires = limit
 	}
+	a.cache[key] = cached{p: p, expires: expires}
 }
 
-// Forget drops cached principals (after a logout, a revocation, or a change
-// to memberships in this process).
-func (a *Authenticator) Forget() {
+// forget drops every cached principal.
+func (a *Authenticator) forget() {
 	a.mu.Lock()
 	a.cache = map[string]cached{}
+	a.gen++
+	a.mu.Unlock()
+}
+
+// Changed drops what the changes make stale (store.Store.Subscribe): the
+// principals of a changed Login; every principal when a membership, access
+// policy, project or client changed (or when changes may have been missed),
+// since any principal may be made of it.
+func (a *Authenticator) Changed(changes []store.Change) {
+	logins := map[string]bool{}
+	for _, c := range changes {
+		switch c.ResourceType {
+		case "Login":
+			logins[c.ID] = true
+		case "Bot":
+		default:
+			a.forget()
+			return
+		}
+	}
+	if len(logins) == 0 {
+		return
+	}
+	a.mu.Lock()
+	for k, c := range a.cache {
+		if logins[c.p.LoginID] {
+			delete(a.cache, k)
+		}
+	}
+	a.gen++
 	a.mu.Unlock()
 }
 
@@ -178,12 +219,13 @@ func (a *Authenticator) fromToken(ctx context.Context, token string) (*Principal
 	if p := a.cacheGet(tokenKey); p != nil {
 		return p, nil
 	}
+	gen := a.generation()
 	claims, err := a.tokens.Verify(token)
 	if err != nil {
 		return nil, err
 	}
 	if p := a.cacheGet("login:" + claims.LoginID); p != nil {
-		a.cachePutUntil(tokenKey, p, claims.ExpiresAt.Time)
+		a.cachePut(tokenKey, p, gen, claims.ExpiresAt.Time)
 		return p, nil
 	}
 	login, err := a.store.Read(ctx, store.AllProjects, "Login", claims.LoginID)
@@ -207,8 +249,8 @@ func (a *Authenticator) fromToken(ctx context.Context, token string) (*Principal
 	}
 	p.LoginID = claims.LoginID
 	p.ClientID = claims.ClientID
-	a.cachePut("login:"+claims.LoginID, p)
-	a.cachePutUntil(tokenKey, p, claims.ExpiresAt.Time)
+	a.cachePut("login:"+claims.LoginID, p, gen, time.Time{})
+	a.cachePut(tokenKey, p, gen, claims.ExpiresAt.Time)
 	return p, nil
 }
 
@@ -220,6 +262,7 @@ func (a *Authenticator) ClientPrincipal(ctx context.Context, clientID, secret st
 	if p := a.cacheGet(key); p != nil {
 		return p, nil
 	}
+	gen := a.generation()
 	client, err := a.CheckClient(ctx, clientID, secret)
 	if err != nil {
 		return nil, fhir.ErrUnauthorized
@@ -228,7 +271,7 @@ func (a *Authenticator) ClientPrincipal(ctx context.Context, clientID, secret st
 	if err != nil {
 		return nil, err
 	}
-	a.cachePut(key, p)
+	a.cachePut(key, p, gen, time.Time{})
 	return p, nil
 }
 

@@ -2,40 +2,37 @@ package auth
 
 import (
 	"log/slog"
-	"net"
 	"net/http"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/sandbot/sandbot/fhir"
 	"github.com/sandbot/sandbot/internal/httpx"
 	"github.com/sandbot/sandbot/limits"
+	"github.com/sandbot/sandbot/store"
 )
 
 // RateLimiter limits the auth endpoints (/auth/* except /auth/me, and
-// /oauth2/*) per client IP with a fixed one-minute window. The client IP is
-// the connection's address: forwarded headers are not trusted.
+// /oauth2/*) per client address with fixed one-minute windows (each begins
+// at the first request after the address's previous window ended). The count lives in the store (store.CountHit), so the limit
+// holds across every replica on the database: N replicas do not give N
+// budgets. The client address is httpx.ClientIP: the connection's peer, or
+// what a trusted proxy forwarded.
 type RateLimiter struct {
-	limit  int
+	store  store.Store
+	limit  int64
 	window time.Duration
 	log    *slog.Logger
-
-	mu      sync.Mutex
-	start   time.Time
-	counts  map[string]int
-	nowFunc func() time.Time
 }
 
-// NewRateLimiter allows lim.AuthRequestsPerMinute requests per IP (zero:
-// the default; negative: no limit).
-func NewRateLimiter(lim limits.Limits, log *slog.Logger) *RateLimiter {
-	perMinute := int(lim.WithDefaults().AuthRequestsPerMinute)
+// NewRateLimiter allows lim.AuthRequestsPerMinute requests per address
+// (zero: the default; negative: no limit), counted in s.
+func NewRateLimiter(s store.Store, lim limits.Limits, log *slog.Logger) *RateLimiter {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &RateLimiter{limit: perMinute, window: time.Minute, log: log, counts: map[string]int{}, nowFunc: time.Now}
+	return &RateLimiter{store: s, limit: lim.WithDefaults().AuthRequestsPerMinute, window: time.Minute, log: log}
 }
 
 func limited(path string) bool {
@@ -45,24 +42,6 @@ func limited(path string) bool {
 	return strings.HasPrefix(path, "/auth/") || strings.HasPrefix(path, "/oauth2/")
 }
 
-// allow counts a request of ip and reports whether it is within the limit,
-// with the seconds until the window resets.
-func (l *RateLimiter) allow(ip string) (bool, int) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	now := l.nowFunc()
-	if now.Sub(l.start) >= l.window {
-		l.start = now
-		l.counts = map[string]int{}
-	}
-	l.counts[ip]++
-	reset := int(l.window.Seconds() - now.Sub(l.start).Seconds())
-	if reset < 1 {
-		reset = 1
-	}
-	return l.counts[ip] <= l.limit, reset
-}
-
 // Middleware applies the limit to the auth paths; other paths pass.
 func (l *RateLimiter) Middleware(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -70,16 +49,17 @@ func (l *RateLimiter) Middleware(next http.Handler) http.Handler {
 			next.ServeHTTP(w, r)
 			return
 		}
-		ip, _, err := net.SplitHostPort(r.RemoteAddr)
+		n, ends, err := l.store.CountHit(r.Context(), "auth "+httpx.ClientIP(r), l.window)
 		if err != nil {
-			ip = r.RemoteAddr
+			httpx.WriteError(w, r, l.log, err)
+			return
 		}
-		ok, reset := l.allow(ip)
-		w.Header().Set("RateLimit-Limit", strconv.Itoa(l.limit))
-		if !ok {
+		reset := max(1, int(time.Until(ends).Seconds()+0.999))
+		w.Header().Set("RateLimit-Limit", strconv.FormatInt(l.limit, 10))
+		w.Header().Set("RateLimit-Remaining", strconv.FormatInt(max(0, l.limit-n), 10))
+		w.Header().Set("RateLimit-Reset", strconv.Itoa(reset))
+		if n > l.limit {
 			w.Header().Set("Retry-After", strconv.Itoa(reset))
-			w.Header().Set("RateLimit-Remaining", "0")
-			w.Header().Set("RateLimit-Reset", strconv.Itoa(reset))
 			httpx.WriteError(w, r, l.log, &fhir.Error{Code: fhir.EThrottled, Message: "Too Many Requests"})
 			return
 		}

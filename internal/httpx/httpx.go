@@ -23,6 +23,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/sandbot/sandbot/fhir"
+	"github.com/sandbot/sandbot/store"
 )
 
 // FHIRJSON is the content type of FHIR answers.
@@ -33,6 +34,7 @@ type ctxKey int
 const (
 	requestIDKey ctxKey = iota
 	traceIDKey
+	clientIPKey
 )
 
 // RequestID is the id of the request being served.
@@ -56,13 +58,27 @@ func traceIDOf(r *http.Request) string {
 	return uuid.NewString()
 }
 
-// WriteError answers err. An *fhir.Error becomes its status and outcome; any
-// other error is logged and answered with a generic 500 that carries only the
-// request id.
+// RetryAfterUnavailable is the Retry-After of a 503 (seconds): a database
+// restart takes a few seconds, and clients that retry should not all come
+// back at once in the first.
+const RetryAfterUnavailable = "2"
+
+// WriteError answers err. An *fhir.Error becomes its status and outcome; a
+// connection-level failure of the store (store.IsUnavailable: the database
+// refused, dropped or is restarting) is a 503 with Retry-After, since the
+// same request may succeed in a moment; any other error is logged and
+// answered with a generic 500 that carries only the request id.
 func WriteError(w http.ResponseWriter, r *http.Request, log *slog.Logger, err error) {
 	code := fhir.ErrorCodeOf(err)
+	if code == fhir.EInternal && store.IsUnavailable(err) {
+		log.WarnContext(r.Context(), "store unavailable", "request_id", RequestID(r.Context()), "method", r.Method, "path", r.URL.Path, "err", err)
+		err, code = fhir.ErrUnavailable, fhir.EUnavailable
+	}
 	status := code.Status()
-	if status >= 500 {
+	switch {
+	case code == fhir.EUnavailable:
+		w.Header().Set("Retry-After", RetryAfterUnavailable)
+	case status >= 500:
 		log.ErrorContext(r.Context(), "internal error", "request_id", RequestID(r.Context()), "method", r.Method, "path", r.URL.Path, "err", err)
 	}
 	out := fhir.OutcomeFor(err).WithTracing(RequestID(r.Context()), TraceID(r.Context()))

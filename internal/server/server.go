@@ -54,6 +54,9 @@ type Config struct {
 	// CORSOrigins are the other origins whose browser applications may call
 	// the API (SANDBOT_CORS_ORIGINS).
 	CORSOrigins []string
+	// TrustedProxies are the load balancers whose forwarded-for headers give
+	// the client address (SANDBOT_TRUSTED_PROXIES); empty trusts none.
+	TrustedProxies httpx.TrustedProxies
 }
 
 // Server is the assembled server.
@@ -70,6 +73,8 @@ type Server struct {
 
 	ready atomic.Bool
 	log   *slog.Logger
+	// unsubscribe ends the subscription to the store's changes.
+	unsubscribe func()
 }
 
 // New builds the server: bootstrap, tokens, routers.
@@ -93,6 +98,13 @@ func New(ctx context.Context, cfg Config, st store.Store, reg *prometheus.Regist
 	s.Auth = auth.NewAuthenticator(st, tokens, cfg.Limits, log)
 	s.FHIR = rest.New(rest.Config{Store: st, Auth: s.Auth, BaseURL: cfg.BaseURL, Log: log,
 		Limits: cfg.Limits, Runtime: cfg.Runtime, Registerer: reg})
+	// Every cache of the server hears of every change to what it keeps,
+	// whoever made it: this process (at commit, before the write returns)
+	// or another replica on the database (moments later).
+	s.unsubscribe = st.Subscribe(func(changes []store.Change) {
+		s.Auth.Changed(changes)
+		s.FHIR.Changed(changes)
+	})
 
 	metrics := httpx.NewMetrics(reg)
 	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
@@ -111,7 +123,7 @@ func New(ctx context.Context, cfg Config, st store.Store, reg *prometheus.Regist
 	})
 	reg.MustRegister(inviteMailFailures)
 	s.Admin = &admin.Service{Store: st, Mail: mailer, BaseURL: cfg.AppBaseURL, Log: log, SuperProjectID: boot.ProjectID,
-		Changed: func() { s.Auth.Forget(); s.FHIR.Forget() }, MailFailed: inviteMailFailures.Inc}
+		MailFailed: inviteMailFailures.Inc}
 	adminAPI := adminhttp.New(s.Admin, s.Auth, cfg.BaseURL, cfg.Limits, log)
 	s.FHIR.AddRoutes(adminAPI.RegisterFHIR)
 
@@ -119,7 +131,9 @@ func New(ctx context.Context, cfg Config, st store.Store, reg *prometheus.Regist
 	api.Use(httpx.Middleware(log, metrics))
 	// Preflights are answered before the rate limit and authentication.
 	api.Use(httpx.NewCORS(append([]string{httpx.OriginOf(cfg.AppBaseURL)}, cfg.CORSOrigins...)).Middleware)
-	api.Use(auth.NewRateLimiter(cfg.Limits, log).Middleware)
+	api.Use(s.closeWhileDraining)
+	api.Use(httpx.ClientAddress(cfg.TrustedProxies))
+	api.Use(auth.NewRateLimiter(st, cfg.Limits, log).Middleware)
 	api.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		httpx.WriteJSON(w, http.StatusOK, "application/json", map[string]any{"ok": true})
 	}).Methods(http.MethodGet)
@@ -165,8 +179,27 @@ func New(ctx context.Context, cfg Config, st store.Store, reg *prometheus.Regist
 	return s, nil
 }
 
-// Close flushes what the server writes in the background (bot audit events).
-func (s *Server) Close() { s.FHIR.Close() }
+// Close stops listening to the store's changes and flushes what the server
+// writes in the background (bot audit events).
+func (s *Server) Close() {
+	s.unsubscribe()
+	s.FHIR.Close()
+}
 
-// SetReady flips readiness; shutdown sets it false before draining.
+// SetReady flips readiness. Shutdown sets it false first: /readyz answers
+// 503 so that load balancers stop sending new requests, while the listener
+// keeps serving what still arrives (the drain).
 func (s *Server) SetReady(ready bool) { s.ready.Store(ready) }
+
+// closeWhileDraining asks clients to close their connection after each
+// answer once the server is no longer ready, so that no keep-alive
+// connection is left for a load balancer to reuse at the moment the server
+// closes it.
+func (s *Server) closeWhileDraining(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !s.ready.Load() {
+			w.Header().Set("Connection", "close")
+		}
+		next.ServeHTTP(w, r)
+	})
+}

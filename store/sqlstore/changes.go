@@ -2,8 +2,6 @@ package sqlstore
 
 import (
 	"context"
-	"database/sql"
-	"errors"
 	"fmt"
 	"log/slog"
 	"strconv"
@@ -358,22 +356,29 @@ func parseChange(payload string) (store.Change, bool) {
 }
 
 // CountHit implements store.Store: one upsert, so concurrent hits from any
-// number of processes are all counted. Windows that ended are deleted now
-// and then.
-func (s *Store) CountHit(ctx context.Context, key string, window time.Time, keep time.Duration) (int64, error) {
-	start := window.Unix()
-	expires := window.Add(keep).Unix()
-	var hits int64
-	err := sqlx.GetContext(ctx, s.q, &hits, s.rebind(`INSERT INTO rate_counts (key, window_start, hits, expires_at) VALUES (?, ?, 1, ?)
-		ON CONFLICT (key, window_start) DO UPDATE SET hits = rate_counts.hits + 1 RETURNING hits`), key, start, expires)
-	if err != nil {
-		return 0, fmt.Errorf("count hit: %w", err)
+// number of processes are all counted. Ended windows are deleted now and
+// then.
+func (s *Store) CountHit(ctx context.Context, key string, window time.Duration) (int64, time.Time, error) {
+	now := s.now()
+	start, ends := now.UnixMilli(), now.Add(window).UnixMilli()
+	var out struct {
+		Hits    int64 `db:"hits"`
+		Expires int64 `db:"expires_at"`
 	}
-	if now := time.Now().Unix(); s.rateSwept.Load() < now-60 {
-		s.rateSwept.Store(now)
-		if _, err := s.q.ExecContext(ctx, s.rebind(`DELETE FROM rate_counts WHERE expires_at < ?`), now); err != nil && !errors.Is(err, sql.ErrNoRows) {
+	err := sqlx.GetContext(ctx, s.q, &out, s.rebind(`INSERT INTO rate_counts (key, window_start, hits, expires_at) VALUES (?, ?, 1, ?)
+		ON CONFLICT (key) DO UPDATE SET
+			hits = CASE WHEN rate_counts.expires_at <= excluded.window_start THEN 1 ELSE rate_counts.hits + 1 END,
+			window_start = CASE WHEN rate_counts.expires_at <= excluded.window_start THEN excluded.window_start ELSE rate_counts.window_start END,
+			expires_at = CASE WHEN rate_counts.expires_at <= excluded.window_start THEN excluded.expires_at ELSE rate_counts.expires_at END
+		RETURNING hits, expires_at`), key, start, ends)
+	if err != nil {
+		return 0, time.Time{}, fmt.Errorf("count hit: %w", err)
+	}
+	if sec := now.Unix(); s.rateSwept.Load() < sec-60 {
+		s.rateSwept.Store(sec)
+		if _, err := s.q.ExecContext(ctx, s.rebind(`DELETE FROM rate_counts WHERE expires_at < ?`), start); err != nil {
 			s.log.Warn("rate counts: prune", "err", err)
 		}
 	}
-	return hits, nil
+	return out.Hits, time.UnixMilli(out.Expires), nil
 }

@@ -664,18 +664,21 @@ func testChanges(t *testing.T, s store.Store) {
 
 func testCountHit(t *testing.T, s store.Store) {
 	ctx := context.Background()
-	window := time.Now().Truncate(time.Minute)
 	var wg sync.WaitGroup
 	var mu sync.Mutex
 	seen := map[int64]bool{}
+	before := time.Now()
 	for i := 0; i < 20; i++ {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			n, err := s.CountHit(ctx, "10.0.0.1", window, 2*time.Minute)
+			n, ends, err := s.CountHit(ctx, "10.0.0.1", time.Minute)
 			if err != nil {
 				t.Error(err)
 				return
+			}
+			if ends.Before(before.Add(time.Minute - time.Second)) || ends.After(time.Now().Add(time.Minute+time.Second)) {
+				t.Errorf("window ends at %v", ends)
 			}
 			mu.Lock()
 			seen[n] = true
@@ -688,10 +691,18 @@ func testCountHit(t *testing.T, s store.Store) {
 			t.Fatalf("20 concurrent hits did not count 1..20: %v", seen)
 		}
 	}
-	if n, err := s.CountHit(ctx, "10.0.0.2", window, 2*time.Minute); err != nil || n != 1 {
+	if n, _, err := s.CountHit(ctx, "10.0.0.2", time.Minute); err != nil || n != 1 {
 		t.Errorf("another key: %d, %v", n, err)
 	}
-	if n, err := s.CountHit(ctx, "10.0.0.1", window.Add(time.Minute), 2*time.Minute); err != nil || n != 1 {
-		t.Errorf("the next window: %d, %v", n, err)
+	// A window that ended starts again from one.
+	if n, _, err := s.CountHit(ctx, "10.0.0.3", 50*time.Millisecond); err != nil || n != 1 {
+		t.Fatalf("first hit: %d, %v", n, err)
+	}
+	if n, _, err := s.CountHit(ctx, "10.0.0.3", 50*time.Millisecond); err != nil || n != 2 {
+		t.Fatalf("second hit in the window: %d, %v", n, err)
+	}
+	time.Sleep(60 * time.Millisecond)
+	if n, _, err := s.CountHit(ctx, "10.0.0.3", 50*time.Millisecond); err != nil || n != 1 {
+		t.Errorf("first hit of the next window: %d, %v", n, err)
 	}
 }
