@@ -58,7 +58,9 @@ func TestReplicasShareOneTruth(t *testing.T) {
 			two := servertest.StartURL(t, b.Name, dbURL, limit, func(c *server.Config) { c.BaseURL = one.URL; c.Runtime = rtTwo })
 
 			owner := one.NewProject(t, "replicas")
-			on := func(s *servertest.Server, token string) *servertest.Client { return servertest.NewClient(t, s.URL, token) }
+			on := func(s *servertest.Server, token string) *servertest.Client {
+				return servertest.NewClient(t, s.URL, token)
+			}
 
 			// Demotion: an admin's token is honoured as an admin's on
 			// replica two (and cached there) until replica one demotes it.

@@ -677,7 +677,7 @@ func testCountHit(t *testing.T, s store.Store) {
 				t.Error(err)
 				return
 			}
-			if ends.Before(before.Add(time.Minute - time.Second)) || ends.After(time.Now().Add(time.Minute+time.Second)) {
+			if ends.Before(before.Add(time.Minute-time.Second)) || ends.After(time.Now().Add(time.Minute+time.Second)) {
 				t.Errorf("window ends at %v", ends)
 			}
 			mu.Lock()
