@@ -5,9 +5,9 @@
 GO       ?= go
 FUZZTIME ?= 60s
 
-.PHONY: test test-go test-sdk test-node fuzz vet build run bench bench-search definitions examples js
+.PHONY: test test-go test-sdk test-node test-replicas fuzz vet build run bench bench-search definitions examples js
 
-test: js vet test-go test-sdk test-node fuzz
+test: js vet test-go test-sdk test-node test-replicas fuzz
 
 # The JavaScript bot engine's third-party parts (QuickJS-NG compiled to WASI,
 # @medplum/core), pinned with their checksums in runtime/jsengine's lockfile,
@@ -40,6 +40,13 @@ test-node:
 	cd compat && npm ci --no-audit --no-fund --loglevel=error
 	cd compat/web && npm ci --no-audit --no-fund --loglevel=error
 	cd compat && node --test
+
+# Three replicas on a PostgreSQL cluster of their own behind HAProxy, as
+# processes (deploy/local): revocation across replicas, database restarts,
+# SIGTERM under load, the shared rate limit, warm deploys. Skipped when
+# PostgreSQL's server binaries or HAProxy are missing, unless CI=true.
+test-replicas:
+	deploy/local/run.sh test
 
 # HL7 for FUZZTIME (60 s by default), its acknowledgements, the FHIR search,
 # _filter, FHIRPath and resource decoders, the bot input mapping and envelope parser, and the SDK's

@@ -420,22 +420,21 @@ func (h *Handler) findBot(ctx context.Context, p *auth.Principal, id, identifier
 	return nil, false, fhir.Errorf(fhir.ENotFound, "No bot found with identifier %s", identifier)
 }
 
-// botProject loads the bot's project and checks that it may run bots. The
-// project is kept in memory until the store announces a change to it (on
-// any replica), so its settings and secrets reach the next execution
-// everywhere; the Bot itself is read fresh.
+// botProject loads the bot's project and checks that it may run bots. It is
+// read on every execution, like the Bot, so that a change to its settings or
+// secrets, made on any replica, applies to the very next execution
+// everywhere: on SQLite the read cache serves it from memory (and sees other
+// processes' writes at once); on PostgreSQL it is one primary-key read. A
+// cache invalidated by the change feed would be stale for the moment the
+// notification takes to arrive (~1 ms), which a client that writes on one
+// replica and executes on another can hit.
 func (h *Handler) botProject(ctx context.Context, project string, bot fhir.Resource) (fhir.Resource, error) {
 	if err := checkRuntimeVersion(bot); err != nil {
 		return nil, err
 	}
-	prec := h.projects.get(project)
-	if prec == nil {
-		gen := h.projects.generation()
-		var err error
-		if prec, err = h.store.Read(ctx, store.AllProjects, "Project", project); err != nil {
-			return nil, err
-		}
-		h.projects.put(project, prec, gen, projectTTL)
+	prec, err := h.store.Read(ctx, store.AllProjects, "Project", project)
+	if err != nil {
+		return nil, err
 	}
 	pr, err := h.parsed.resource(prec)
 	if err != nil {

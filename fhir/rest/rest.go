@@ -53,7 +53,6 @@ type Handler struct {
 	metrics  *botMetrics
 	audits   *auditWriter
 	parsed   parsedCache
-	projects recentRecords
 	// warmer compiles changed Bots' modules in the background (nil
 	// without a runtime).
 	warmer *moduleWarmer
@@ -74,16 +73,12 @@ func New(cfg Config) *Handler {
 }
 
 // Changed acts on changes the store announces (store.Store.Subscribe), made
-// by this process or another replica: a changed Project (its settings and
-// secrets) is read again by the next execution; a changed Bot has its
-// module compiled in the background.
+// by this process or another replica: a changed Bot has its module compiled
+// in the background.
 func (h *Handler) Changed(changes []store.Change) {
 	var bots []string
 	for _, c := range changes {
-		switch c.ResourceType {
-		case "Project", "":
-			h.projects.forget()
-		case "Bot":
+		if c.ResourceType == "Bot" {
 			bots = append(bots, c.ID)
 		}
 	}

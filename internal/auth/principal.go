@@ -242,6 +242,13 @@ func (a *Authenticator) fromToken(ctx context.Context, token string) (*Principal
 	if lr.Bool("revoked") {
 		return nil, fhir.ErrUnauthorized
 	}
+	if claims.ClientID != "" {
+		// A client's tokens die with the client, whatever became of its
+		// membership.
+		if err := a.clientAlive(ctx, claims.ClientID); err != nil {
+			return nil, err
+		}
+	}
 	_, membershipID, _ := fhir.SplitReference(lr.Ref("membership"))
 	p, err := a.principalFor(ctx, membershipID)
 	if err != nil {
@@ -273,6 +280,26 @@ func (a *Authenticator) ClientPrincipal(ctx context.Context, clientID, secret st
 	}
 	a.cachePut(key, p, gen, time.Time{})
 	return p, nil
+}
+
+// clientAlive is fhir.ErrUnauthorized unless the ClientApplication exists
+// and is active.
+func (a *Authenticator) clientAlive(ctx context.Context, clientID string) error {
+	rec, err := a.store.Read(ctx, store.AllProjects, "ClientApplication", clientID)
+	if fhir.IsCode(err, fhir.ENotFound) || fhir.IsCode(err, fhir.EGone) {
+		return fhir.ErrUnauthorized
+	}
+	if err != nil {
+		return err
+	}
+	client, err := rec.Resource()
+	if err != nil {
+		return err
+	}
+	if st := client.String("status"); st != "" && st != "active" {
+		return fhir.ErrUnauthorized
+	}
+	return nil
 }
 
 // ClientError says why client credentials were refused, in the words of the

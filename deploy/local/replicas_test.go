@@ -1,0 +1,736 @@
+//go:build replicas
+
+// The fault tests of the replicas topology: run by `deploy/local/run.sh
+// test` against the processes it starts (STATE names its directory). Every
+// figure the tests measure is logged with a "FIGURE" prefix.
+package local
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"database/sql"
+	"encoding/base64"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/lib/pq"
+)
+
+// propagationLimit is the issue's target for a change to be honoured on
+// every replica.
+const propagationLimit = 100 * time.Millisecond
+
+// firstExecutionLimit bounds the first execution of a freshly deployed Go
+// bot on any replica.
+const firstExecutionLimit = 50 * time.Millisecond
+
+type topology struct {
+	env      map[string]string
+	lb       string   // balancer base URL, with a trailing slash
+	api, ops []string // per replica, with a trailing slash
+	admin    string   // super-admin token
+}
+
+var topo *topology
+
+func TestMain(m *testing.M) {
+	state := os.Getenv("STATE")
+	if state == "" {
+		fmt.Fprintln(os.Stderr, "STATE is not set: run these tests with deploy/local/run.sh test")
+		os.Exit(2)
+	}
+	env, err := readEnv(filepath.Join(state, "env"))
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(2)
+	}
+	topo = &topology{env: env, lb: env["SANDBOT_LB_URL"] + "/"}
+	for n := 1; n <= 3; n++ {
+		topo.api = append(topo.api, env[fmt.Sprintf("SANDBOT_REPLICA%d_API", n)]+"/")
+		topo.ops = append(topo.ops, env[fmt.Sprintf("SANDBOT_REPLICA%d_OPS", n)]+"/")
+	}
+	os.Exit(m.Run())
+}
+
+func readEnv(path string) (map[string]string, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]string{}
+	sc := bufio.NewScanner(bytes.NewReader(b))
+	for sc.Scan() {
+		if k, v, ok := strings.Cut(sc.Text(), "="); ok {
+			out[k] = v
+		}
+	}
+	return out, nil
+}
+
+// script runs a subcommand of run.sh on the running topology.
+func script(t *testing.T, args ...string) {
+	t.Helper()
+	cmd := exec.Command(os.Getenv("SANDBOT_TOPOLOGY"), args...)
+	cmd.Env = os.Environ()
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("run.sh %v: %v\n%s", args, err, out)
+	}
+}
+
+var client = &http.Client{Timeout: 30 * time.Second}
+
+type answer struct {
+	status int
+	body   []byte
+	header http.Header
+	err    error
+}
+
+func (a answer) json() map[string]any {
+	var m map[string]any
+	json.Unmarshal(a.body, &m)
+	return m
+}
+
+// send makes one request; body is a string, []byte or a value to encode
+// as JSON.
+func send(c *http.Client, method, target, token string, body any, contentType string) answer {
+	var rd io.Reader
+	switch b := body.(type) {
+	case nil:
+	case string:
+		rd = strings.NewReader(b)
+	case []byte:
+		rd = bytes.NewReader(b)
+	default:
+		js, _ := json.Marshal(b)
+		rd = bytes.NewReader(js)
+		if contentType == "" {
+			contentType = "application/fhir+json"
+		}
+	}
+	req, err := http.NewRequest(method, target, rd)
+	if err != nil {
+		return answer{err: err}
+	}
+	if contentType != "" {
+		req.Header.Set("Content-Type", contentType)
+	}
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	resp, err := c.Do(req)
+	if err != nil {
+		return answer{err: err}
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	return answer{status: resp.StatusCode, body: b, header: resp.Header, err: err}
+}
+
+func must(t *testing.T, a answer, want int, what string) answer {
+	t.Helper()
+	if a.err != nil || a.status != want {
+		t.Fatalf("%s: %d %v %s", what, a.status, a.err, a.body)
+	}
+	return a
+}
+
+func token(t *testing.T, base, id, secret string) string {
+	t.Helper()
+	form := url.Values{"grant_type": {"client_credentials"}, "client_id": {id}, "client_secret": {secret}}.Encode()
+	a := must(t, send(client, "POST", base+"oauth2/token", "", form, "application/x-www-form-urlencoded"), 200, "token")
+	return a.json()["access_token"].(string)
+}
+
+func superAdmin(t *testing.T) string {
+	if topo.admin == "" {
+		topo.admin = token(t, topo.lb, topo.env["SANDBOT_TOPOLOGY_ADMIN_ID"], topo.env["SANDBOT_TOPOLOGY_ADMIN_SECRET"])
+	}
+	return topo.admin
+}
+
+// project is a project made for one test, with an admin ClientApplication.
+type project struct {
+	id, ownerID, ownerSecret, owner string
+}
+
+func newProject(t *testing.T, name string) *project {
+	t.Helper()
+	su := superAdmin(t)
+	p := must(t, send(client, "POST", topo.lb+"admin/Project", su, map[string]any{"resourceType": "Project", "name": name}, ""), 201, "project")
+	pr := &project{id: p.json()["id"].(string)}
+	pr.ownerID, pr.ownerSecret, _ = newClient(t, pr, "owner", true)
+	pr.owner = token(t, topo.lb, pr.ownerID, pr.ownerSecret)
+	return pr
+}
+
+// newClient adds a ClientApplication (admin or not) to the project and
+// returns its id, secret and membership id.
+func newClient(t *testing.T, p *project, name string, admin bool) (id, secret, membership string) {
+	t.Helper()
+	su := superAdmin(t)
+	c := must(t, send(client, "POST", topo.lb+"admin/projects/"+p.id+"/client", su, map[string]any{"name": name}, "application/json"), 201, "client").json()
+	id, secret = c["id"].(string), c["secret"].(string)
+	membership = membershipOf(t, "ClientApplication/"+id)
+	if admin {
+		must(t, send(client, "PATCH", topo.lb+"admin/projects/"+p.id+"/members/"+membership, su,
+			`[{"op":"add","path":"/admin","value":true}]`, "application/json-patch+json"), 200, "make admin")
+	}
+	return id, secret, membership
+}
+
+func membershipOf(t *testing.T, profile string) string {
+	t.Helper()
+	a := must(t, send(client, "GET", topo.lb+"fhir/R4/ProjectMembership?profile="+profile, superAdmin(t), nil, ""), 200, "membership search")
+	var b struct {
+		Entry []struct{ Resource struct{ ID string } }
+	}
+	json.Unmarshal(a.body, &b)
+	if len(b.Entry) != 1 {
+		t.Fatalf("membership of %s: %s", profile, a.body)
+	}
+	return b.Entry[0].Resource.ID
+}
+
+// propagation runs change on replica 1 and then measures, on every replica
+// given, how long after change returned the request probe keeps answering
+// ok: it polls each replica back to back until the answer is refused. It
+// fails the test beyond propagationLimit and returns the slowest delay.
+func propagation(t *testing.T, what string, replicas []int, probe func(base string) int, ok, refused int, change func()) time.Duration {
+	t.Helper()
+	for _, r := range replicas { // cached on every replica first
+		if st := probe(topo.api[r]); st != ok {
+			t.Fatalf("%s: replica %d answered %d before the change, want %d", what, r+1, st, ok)
+		}
+		probe(topo.api[r])
+	}
+	change()
+	t0 := time.Now()
+	var wg sync.WaitGroup
+	delays := make([]time.Duration, len(replicas))
+	honoured := make([]int, len(replicas))
+	for i, r := range replicas {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				st := probe(topo.api[r])
+				if st == refused {
+					delays[i] = time.Since(t0)
+					return
+				}
+				if st != ok || time.Since(t0) > 10*time.Second {
+					delays[i] = -1
+					return
+				}
+				honoured[i]++
+				// A client's pace, not a busy loop that would starve the
+				// two cores the whole topology shares.
+				time.Sleep(time.Millisecond)
+			}
+		}()
+	}
+	wg.Wait()
+	var worst time.Duration
+	for i, r := range replicas {
+		if delays[i] < 0 {
+			t.Fatalf("%s: replica %d never refused", what, r+1)
+		}
+		t.Logf("FIGURE %s: replica %d refused %v after the change returned (%d requests still honoured)", what, r+1, delays[i].Round(10*time.Microsecond), honoured[i])
+		worst = max(worst, delays[i])
+	}
+	if worst > propagationLimit {
+		t.Errorf("%s: effective on every replica only after %v (limit %v)", what, worst, propagationLimit)
+	}
+	return worst
+}
+
+// TestRateLimitHoldsAcrossReplicas: 161 token requests through the
+// balancer, spread over the three replicas, from one client address: the
+// 161st is refused. The client speaks from 127.0.0.3, an address no other
+// test uses; the balancer says so in X-Forwarded-For, which the replicas
+// believe because it connects from 127.0.0.2, their trusted proxy.
+func TestRateLimitHoldsAcrossReplicas(t *testing.T) {
+	p := newProject(t, "rate-limit")
+	from := &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{
+		DialContext: (&net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP("127.0.0.3")}}).DialContext}}
+	before := tokenCounts(t)
+	form := url.Values{"grant_type": {"client_credentials"}, "client_id": {p.ownerID}, "client_secret": {p.ownerSecret}}.Encode()
+	for i := 1; i <= 161; i++ {
+		a := send(from, "POST", topo.lb+"oauth2/token", "", form, "application/x-www-form-urlencoded")
+		switch {
+		case a.err != nil:
+			t.Fatalf("request %d: %v", i, a.err)
+		case i <= 160 && a.status != 200:
+			t.Fatalf("request %d of 160 allowed: %d %s", i, a.status, a.body)
+		case i == 161 && (a.status != 429 || a.header.Get("Retry-After") == ""):
+			t.Fatalf("request 161: %d (Retry-After %q), want 429", a.status, a.header.Get("Retry-After"))
+		}
+	}
+	after := tokenCounts(t)
+	var per []string
+	for r := range after {
+		served := after[r] - before[r]
+		per = append(per, fmt.Sprintf("replica %d: %d", r+1, served))
+		if served == 0 {
+			t.Errorf("replica %d served none of the token requests: the balancer did not spread them", r+1)
+		}
+	}
+	t.Logf("FIGURE rate limit: 160 token requests answered 200 (%s), the 161st 429", strings.Join(per, ", "))
+	// The limit is the client's, not the socket's: X-Forwarded-For from a
+	// peer that is not a trusted proxy is ignored, so writing another
+	// address does not buy a new budget.
+	req, _ := http.NewRequest("POST", topo.api[1]+"oauth2/token", strings.NewReader(form))
+	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	req.Header.Set("X-Forwarded-For", "203.0.113.50")
+	resp, err := from.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 429 {
+		t.Errorf("a spoofed X-Forwarded-For straight to a replica escaped the limit: %d", resp.StatusCode)
+	}
+}
+
+var tokenCountLine = regexp.MustCompile(`(?m)^sandbot_http_request_duration_seconds_count\{code="200",method="POST",route="/oauth2/token"\} (\d+)$`)
+
+// tokenCounts is the number of token requests each replica answered 200.
+func tokenCounts(t *testing.T) []int {
+	out := make([]int, 3)
+	for r := range out {
+		a := must(t, send(client, "GET", topo.ops[r]+"metrics", "", nil, ""), 200, "metrics")
+		if m := tokenCountLine.FindSubmatch(a.body); m != nil {
+			out[r], _ = strconv.Atoi(string(m[1]))
+		}
+	}
+	return out
+}
+
+// TestRevocationReachesEveryReplica: a demotion, a member's removal, a
+// login's revocation and a client's deletion, each made on replica 1, are
+// honoured by replicas 2 and 3 (and 1) within propagationLimit of the
+// answer to the change.
+func TestRevocationReachesEveryReplica(t *testing.T) {
+	p := newProject(t, "revocation")
+	su := superAdmin(t)
+	others := []int{1, 2}
+
+	// Demotion: the deputy's admin-only reads work until replica 1 demotes it.
+	depID, depSecret, depMembership := newClient(t, p, "deputy", true)
+	deputy := token(t, topo.lb, depID, depSecret)
+	adminRead := func(base string) int { return send(client, "GET", base+"admin/projects/"+p.id, deputy, nil, "").status }
+	propagation(t, "demotion", others, adminRead, 200, 403, func() {
+		must(t, send(client, "PATCH", topo.api[0]+"admin/projects/"+p.id+"/members/"+depMembership, su,
+			`[{"op":"replace","path":"/admin","value":false}]`, "application/json-patch+json"), 200, "demote")
+	})
+
+	// Removal of a member ends its tokens.
+	memID, memSecret, memMembership := newClient(t, p, "member", false)
+	member := token(t, topo.lb, memID, memSecret)
+	read := func(tok string) func(string) int {
+		return func(base string) int { return send(client, "GET", base+"fhir/R4/Patient?_count=1", tok, nil, "").status }
+	}
+	propagation(t, "member removal", others, read(member), 200, 401, func() {
+		must(t, send(client, "DELETE", topo.api[0]+"admin/projects/"+p.id+"/members/"+memMembership, su, nil, ""), 200, "remove member")
+	})
+
+	// Revocation of one login.
+	owner2 := token(t, topo.lb, p.ownerID, p.ownerSecret)
+	claims := jwtClaims(t, owner2)
+	propagation(t, "login revocation", others, read(owner2), 200, 401, func() {
+		must(t, send(client, "PATCH", topo.api[0]+"fhir/R4/Login/"+claims["login_id"].(string), su,
+			`[{"op":"add","path":"/revoked","value":true}]`, "application/json-patch+json"), 200, "revoke login")
+	})
+	if st := read(p.owner)(topo.api[1]); st != 200 {
+		t.Errorf("another login of the same client was refused too: %d", st)
+	}
+
+	// Deletion of a ClientApplication ends its tokens everywhere, the
+	// deleting replica included.
+	goneID, goneSecret, _ := newClient(t, p, "doomed", false)
+	doomed := token(t, topo.lb, goneID, goneSecret)
+	propagation(t, "client deletion", []int{0, 1, 2}, read(doomed), 200, 401, func() {
+		must(t, send(client, "DELETE", topo.api[0]+"fhir/R4/ClientApplication/"+goneID, su, nil, ""), 200, "delete client")
+	})
+}
+
+func jwtClaims(t *testing.T, tok string) map[string]any {
+	parts := strings.Split(tok, ".")
+	if len(parts) != 3 {
+		t.Fatalf("not a JWT: %s", tok)
+	}
+	b, err := base64.RawURLEncoding.DecodeString(parts[1])
+	if err != nil {
+		t.Fatal(err)
+	}
+	var m map[string]any
+	json.Unmarshal(b, &m)
+	return m
+}
+
+// deployBot creates a Bot in the project and deploys wasm to it through the
+// given replica, returning the Bot's id and how long the deploy took.
+func deployBot(t *testing.T, p *project, base, name string, wasm []byte) (string, time.Duration) {
+	t.Helper()
+	id := must(t, send(client, "POST", topo.lb+"fhir/R4/Bot", p.owner, map[string]any{"resourceType": "Bot", "name": name}, ""), 201, "bot").json()["id"].(string)
+	start := time.Now()
+	must(t, send(client, "POST", base+"fhir/R4/Bot/"+id+"/$deploy", p.owner, wasm, "application/wasm"), 200, "deploy")
+	return id, time.Since(start)
+}
+
+var warmedLine = regexp.MustCompile(`(?m)^sandbot_bot_modules_warmed_total\{result="(\w+)"\} (\d+)$`)
+
+// warmed counts, per replica, the background compilations by result.
+func warmed(t *testing.T, r int) map[string]int {
+	a := must(t, send(client, "GET", topo.ops[r]+"metrics", "", nil, ""), 200, "metrics")
+	out := map[string]int{}
+	for _, m := range warmedLine.FindAllSubmatch(a.body, -1) {
+		out[string(m[1])], _ = strconv.Atoi(string(m[2]))
+	}
+	return out
+}
+
+// TestSecretReachesTheNextExecution: a project secret changed through
+// replica 1 is what the very next execution on replicas 2 and 3 sees.
+func TestSecretReachesTheNextExecution(t *testing.T) {
+	p := newProject(t, "secrets")
+	wasm, err := os.ReadFile(filepath.Join("..", "..", "fhir", "rest", "testdata", "event.wasm"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	bot, _ := deployBot(t, p, topo.api[0], "inspector", wasm)
+	secretOn := func(r int) string {
+		a := must(t, send(client, "POST", topo.api[r]+"fhir/R4/Bot/"+bot+"/$execute", p.owner, `{}`, "application/json"), 200, "execute")
+		var ev struct {
+			Secrets map[string]struct {
+				ValueString string `json:"valueString"`
+			} `json:"secrets"`
+		}
+		json.Unmarshal(a.body, &ev)
+		return ev.Secrets["API_KEY"].ValueString
+	}
+	const rounds = 20
+	stale := 0
+	for i := 0; i < rounds; i++ {
+		v := fmt.Sprintf("value-%d", i)
+		must(t, send(client, "POST", topo.api[0]+"admin/projects/"+p.id+"/secrets", p.owner,
+			[]any{map[string]any{"name": "API_KEY", "valueString": v}}, "application/json"), 200, "set secret")
+		for _, r := range []int{1, 2} {
+			if got := secretOn(r); got != v {
+				stale++
+				t.Errorf("round %d: the next execution on replica %d saw %q, want %q", i, r+1, got, v)
+			}
+		}
+	}
+	t.Logf("FIGURE secrets: %d of %d next executions on another replica saw the secret just set", 2*rounds-stale, 2*rounds)
+}
+
+// TestDeployWarmsEveryReplica: a Go bot deployed through replica 1 is
+// compiled in the background on replicas 2 and 3; the first execution on
+// each replica then takes under firstExecutionLimit.
+func TestDeployWarmsEveryReplica(t *testing.T) {
+	p := newProject(t, "warm")
+	wasm, err := os.ReadFile(filepath.Join("..", "..", "examples", "hello", "hello.wasm"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A module no replica has seen: the bytes of a wasm custom section
+	// appended to the example make it new (and keep it valid).
+	wasm = append(wasm, customSection(fmt.Sprintf("topology-%d", time.Now().UnixNano()))...)
+	before := []map[string]int{warmed(t, 0), warmed(t, 1), warmed(t, 2)}
+	bot, took := deployBot(t, p, topo.api[0], "hello", wasm)
+	deployed := time.Now()
+	t.Logf("FIGURE warm-up: deploy of a %d-byte Go bot on replica 1 took %v (it compiles there)", len(wasm), took.Round(time.Millisecond))
+	for _, r := range []int{1, 2} {
+		for {
+			w := warmed(t, r)
+			if w["failed"] > before[r]["failed"] {
+				t.Fatalf("replica %d failed to compile the module in the background", r+1)
+			}
+			if w["compiled"] > before[r]["compiled"] {
+				break
+			}
+			if time.Since(deployed) > 2*time.Minute {
+				t.Fatalf("replica %d has not compiled the module 2 minutes after the deploy", r+1)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		t.Logf("FIGURE warm-up: replica %d had compiled it %v after the deploy returned", r+1, time.Since(deployed).Round(time.Millisecond))
+	}
+	for r := 0; r < 3; r++ {
+		start := time.Now()
+		a := must(t, send(client, "POST", topo.api[r]+"fhir/R4/Bot/"+bot+"/$execute", p.owner, `{"name":"Ada"}`, "application/json"), 200, "execute")
+		d := time.Since(start)
+		if !strings.Contains(string(a.body), "Hello, Ada") {
+			t.Errorf("replica %d answered %s", r+1, a.body)
+		}
+		t.Logf("FIGURE warm-up: first execution on replica %d: %v", r+1, d.Round(10*time.Microsecond))
+		if d > firstExecutionLimit {
+			t.Errorf("first execution on replica %d took %v (limit %v)", r+1, d, firstExecutionLimit)
+		}
+	}
+}
+
+// customSection encodes a wasm custom section named name, with a one-byte
+// payload (wazero refuses an empty one at the end of a module).
+func customSection(name string) []byte {
+	body := append(append(uleb(len(name)), name...), 0)
+	return append(append([]byte{0}, uleb(len(body))...), body...)
+}
+
+func uleb(n int) []byte {
+	var out []byte
+	for {
+		b := byte(n & 0x7f)
+		n >>= 7
+		if n != 0 {
+			out = append(out, b|0x80)
+			continue
+		}
+		return append(out, b)
+	}
+}
+
+// load runs workers that each call fn in a loop until stop is closed, and
+// tallies the answers.
+type load struct {
+	mu       sync.Mutex
+	statuses map[string]int
+	ledger   []string
+	first2xx atomic.Int64 // unix nanos of the first 2xx after mark
+	mark     atomic.Int64
+}
+
+func (l *load) record(a answer, id string) {
+	key := strconv.Itoa(a.status)
+	switch {
+	case a.err != nil:
+		key = "transport error: " + a.err.Error()
+	case a.status == 503 && bytes.Contains(a.body, []byte("OperationOutcome")):
+		key = "503 from sandbot"
+	case a.status == 503:
+		key = "503 from the balancer (no replica ready)"
+	}
+	if a.err == nil && a.status/100 != 2 {
+		// A client backs off a little before retrying.
+		defer time.Sleep(10 * time.Millisecond)
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.statuses[key]++
+	if a.err == nil && a.status/100 == 2 {
+		if id != "" {
+			l.ledger = append(l.ledger, id)
+		}
+		if m := l.mark.Load(); m != 0 && l.first2xx.Load() == 0 {
+			l.first2xx.Store(time.Now().UnixNano())
+		}
+	}
+}
+
+func (l *load) summary() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var keys []string
+	for k := range l.statuses {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	var parts []string
+	for _, k := range keys {
+		parts = append(parts, fmt.Sprintf("%s: %d", k, l.statuses[k]))
+	}
+	return strings.Join(parts, ", ")
+}
+
+func runLoad(workers int, stop <-chan struct{}, fn func(l *load)) (*load, *sync.WaitGroup) {
+	l := &load{statuses: map[string]int{}}
+	var wg sync.WaitGroup
+	for i := 0; i < workers; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				fn(l)
+			}
+		}()
+	}
+	return l, &wg
+}
+
+// TestDatabaseRestartUnderWrites: PostgreSQL restarted (-m fast, then -m
+// immediate) while clients write through the balancer: no answer is a 500
+// (503s are allowed), no request fails at the transport, the replicas are
+// never restarted, and every write a client saw succeed is in the database
+// afterwards.
+func TestDatabaseRestartUnderWrites(t *testing.T) {
+	p := newProject(t, "restart")
+	writer := &http.Client{Timeout: 30 * time.Second}
+	pids := replicaPIDs(t)
+	for _, mode := range []string{"fast", "immediate"} {
+		stop := make(chan struct{})
+		l, wg := runLoad(4, stop, func(l *load) {
+			a := send(writer, "POST", topo.lb+"fhir/R4/Patient", p.owner, map[string]any{"resourceType": "Patient", "gender": "unknown"}, "")
+			id := ""
+			if a.status == 201 {
+				id, _ = a.json()["id"].(string)
+			}
+			l.record(a, id)
+		})
+		time.Sleep(time.Second)
+		start := time.Now()
+		script(t, "pg-restart", mode)
+		restarted := time.Now()
+		l.mark.Store(restarted.UnixNano())
+		for l.first2xx.Load() == 0 && time.Since(restarted) < 30*time.Second {
+			time.Sleep(5 * time.Millisecond)
+		}
+		time.Sleep(time.Second)
+		close(stop)
+		wg.Wait()
+		firstOK := time.Duration(l.first2xx.Load() - restarted.UnixNano())
+		t.Logf("FIGURE restart -m %s: pg_ctl restart took %v; first 2xx %v after it returned; answers: %s; %d writes answered 201",
+			mode, restarted.Sub(start).Round(time.Millisecond), firstOK.Round(time.Millisecond), l.summary(), len(l.ledger))
+		for k, n := range l.statuses {
+			if k != "201" && !strings.HasPrefix(k, "503 ") {
+				t.Errorf("restart -m %s: %d answers %q (only 201 and 503 are allowed)", mode, n, k)
+			}
+		}
+		missing := missingIDs(t, l.ledger)
+		t.Logf("FIGURE restart -m %s: ledger diff: %d of %d acknowledged writes missing", mode, len(missing), len(l.ledger))
+		if len(missing) > 0 {
+			t.Errorf("restart -m %s: acknowledged writes not in the database: %v", mode, missing)
+		}
+	}
+	if now := replicaPIDs(t); fmt.Sprint(now) != fmt.Sprint(pids) {
+		t.Errorf("replicas restarted: pids %v, then %v", pids, now)
+	}
+}
+
+func replicaPIDs(t *testing.T) []string {
+	var out []string
+	for n := 1; n <= 3; n++ {
+		b, err := os.ReadFile(filepath.Join(os.Getenv("STATE"), fmt.Sprintf("replica%d.pid", n)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		pid := strings.TrimSpace(string(b))
+		if _, err := os.Stat("/proc/" + pid); err != nil {
+			t.Errorf("replica %d (pid %s) is not running", n, pid)
+		}
+		out = append(out, pid)
+	}
+	return out
+}
+
+// missingIDs are the ledger's ids that the database does not have.
+func missingIDs(t *testing.T, ids []string) []string {
+	db, err := sql.Open("postgres", topo.env["SANDBOT_TOPOLOGY_DATABASE_URL"])
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	rows, err := db.QueryContext(ctx, `SELECT id FROM resources WHERE resource_type = 'Patient' AND NOT deleted AND id = ANY($1)`, pq.Array(ids))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	found := map[string]bool{}
+	for rows.Next() {
+		var id string
+		rows.Scan(&id)
+		found[id] = true
+	}
+	var missing []string
+	for _, id := range ids {
+		if !found[id] {
+			missing = append(missing, id)
+		}
+	}
+	return missing
+}
+
+// TestSigtermUnderLoad: replica 3 gets SIGTERM while clients read and write
+// through the balancer: /readyz turns 503 at once, the API keeps accepting
+// through the drain, and not one request fails. Replica 3 is started again
+// afterwards.
+func TestSigtermUnderLoad(t *testing.T) {
+	p := newProject(t, "sigterm")
+	pat := must(t, send(client, "POST", topo.lb+"fhir/R4/Patient", p.owner, map[string]any{"resourceType": "Patient"}, ""), 201, "patient").json()["id"].(string)
+	worker := &http.Client{Timeout: 30 * time.Second}
+	stop := make(chan struct{})
+	var n atomic.Int64
+	l, wg := runLoad(4, stop, func(l *load) {
+		if n.Add(1)%2 == 0 {
+			l.record(send(worker, "GET", topo.lb+"fhir/R4/Patient/"+pat, p.owner, nil, ""), "")
+		} else {
+			a := send(worker, "POST", topo.lb+"fhir/R4/Patient", p.owner, map[string]any{"resourceType": "Patient"}, "")
+			id, _ := a.json()["id"].(string)
+			l.record(a, id)
+		}
+	})
+	time.Sleep(time.Second)
+	term := time.Now()
+	script(t, "replica-signal", "3", "TERM")
+	// /readyz of replica 3 turns 503 at once; its API still accepts new
+	// connections during the drain.
+	var readyGone time.Duration
+	for readyGone == 0 && time.Since(term) < 2*time.Second {
+		if a := send(client, "GET", topo.ops[2]+"readyz", "", nil, ""); a.err == nil && a.status == 503 {
+			readyGone = time.Since(term)
+		}
+	}
+	time.Sleep(500*time.Millisecond - time.Since(term))
+	direct := send(&http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}, "GET", topo.api[2]+"fhir/R4/Patient/"+pat, p.owner, nil, "")
+	acceptedAt := time.Since(term)
+	pid := replicaPIDs(t)[2]
+	for time.Since(term) < 30*time.Second {
+		if _, err := os.Stat("/proc/" + pid); err != nil {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	exited := time.Since(term)
+	time.Sleep(time.Second)
+	close(stop)
+	wg.Wait()
+	t.Logf("FIGURE sigterm: /readyz 503 %v after SIGTERM; a new connection %v after SIGTERM answered %d (%v); the replica exited %v after SIGTERM; answers through the balancer: %s",
+		readyGone.Round(100*time.Microsecond), acceptedAt.Round(time.Millisecond), direct.status, direct.err, exited.Round(time.Millisecond), l.summary())
+	if readyGone == 0 || readyGone > 100*time.Millisecond {
+		t.Errorf("/readyz turned 503 only %v after SIGTERM", readyGone)
+	}
+	if direct.err != nil || direct.status != 200 {
+		t.Errorf("a new connection during the drain: %d %v", direct.status, direct.err)
+	}
+	for k, c := range l.statuses {
+		if k != "200" && k != "201" {
+			t.Errorf("%d answers %q during the shutdown of a replica", c, k)
+		}
+	}
+	script(t, "replica-start", "3")
+}
