@@ -41,11 +41,12 @@ test-node:
 	cd compat/web && npm ci --no-audit --no-fund --loglevel=error
 	cd compat && node --test
 
-# Three replicas on a PostgreSQL cluster of their own behind HAProxy, as
-# processes (deploy/local): revocation across replicas, database restarts,
+# The deployment files parse (deploy/check.sh); three replicas on a
+# PostgreSQL cluster of their own behind HAProxy, as processes (deploy/local): revocation across replicas, database restarts,
 # SIGTERM under load, the shared rate limit, warm deploys. Skipped when
 # PostgreSQL's server binaries or HAProxy are missing, unless CI=true.
 test-replicas:
+	deploy/check.sh
 	deploy/local/run.sh test
 
 # HL7 for FUZZTIME (60 s by default), its acknowledgements, the FHIR search,
