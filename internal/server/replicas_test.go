@@ -91,6 +91,23 @@ func TestReplicasShareOneTruth(t *testing.T) {
 			t.Logf("revocation honoured on replica two after %v", d)
 			owner.Token = one.Token(t, owner.ClientID, owner.Secret)
 
+			// A deleted client's tokens die on every replica, the deleting
+			// one included.
+			doomed := one.NewMember(t, owner.ProjectID, "doomed", false)
+			for _, s := range []*servertest.Server{one, two} {
+				if r := on(s, doomed.Token).Do("GET", "fhir/R4/Patient", nil, ""); r.Status != 200 {
+					t.Fatalf("client before its deletion: %d", r.Status)
+				}
+			}
+			if err := one.Store.Delete(ctx, store.AllProjects, "ClientApplication", doomed.ClientID, store.Write{}); err != nil {
+				t.Fatal(err)
+			}
+			for i, s := range []*servertest.Server{one, two} {
+				eventually(t, fmt.Sprintf("deleted client refused on replica %d", i+1), 3*time.Second, func() bool {
+					return on(s, doomed.Token).Do("GET", "fhir/R4/Patient", nil, "").Status == 401
+				})
+			}
+
 			// A project secret changed through replica one reaches
 			// executions on replica two; the deploy on replica one has
 			// compiled the module on replica two in the background.

@@ -143,3 +143,28 @@ func TestLimitsReachEveryHandler(t *testing.T) {
 		t.Errorf("small token form: %d", status)
 	}
 }
+
+// TestDrainClosesConnections: once the server is no longer ready (SIGTERM),
+// /readyz answers 503 and every API answer asks the client to close its
+// connection, so that no idle keep-alive connection is reused by a balancer
+// at the moment the listener closes.
+func TestDrainClosesConnections(t *testing.T) {
+	b := storetest.Backends(t)[0]
+	s := servertest.Start(t, b)
+	if st, _, h := get(t, s.URL+"healthcheck"); st != 200 || h.Get("Connection") == "close" {
+		t.Fatalf("ready: %d, Connection %q", st, h.Get("Connection"))
+	}
+	s.SetReady(false)
+	if st, _, _ := get(t, s.Ops.URL+"/readyz"); st != 503 {
+		t.Errorf("/readyz while draining: %d", st)
+	}
+	resp, err := http.Get(s.URL + "healthcheck")
+	if err != nil {
+		t.Fatal(err)
+	}
+	io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 200 || !resp.Close {
+		t.Errorf("while draining: %d, close %v (the API still serves, and closes the connection)", resp.StatusCode, resp.Close)
+	}
+}
