@@ -346,7 +346,9 @@ func TestRevocationReachesEveryReplica(t *testing.T) {
 	memID, memSecret, memMembership := newClient(t, p, "member", false)
 	member := token(t, topo.lb, memID, memSecret)
 	read := func(tok string) func(string) int {
-		return func(base string) int { return send(client, "GET", base+"fhir/R4/Patient?_count=1", tok, nil, "").status }
+		return func(base string) int {
+			return send(client, "GET", base+"fhir/R4/Patient?_count=1", tok, nil, "").status
+		}
 	}
 	propagation(t, "member removal", others, read(member), 200, 401, func() {
 		must(t, send(client, "DELETE", topo.api[0]+"admin/projects/"+p.id+"/members/"+memMembership, su, nil, ""), 200, "remove member")
