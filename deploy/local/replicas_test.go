@@ -211,8 +211,10 @@ func membershipOf(t *testing.T, profile string) string {
 
 // propagation runs change on replica 1 and then measures, on every replica
 // given, how long after change returned the request probe keeps answering
-// ok: it polls each replica back to back until the answer is refused. It
-// fails the test beyond propagationLimit and returns the slowest delay.
+// ok: it polls each replica (at a client's pace) until the answer is
+// refused. It returns the slowest replica's delay; beyond a second (a tenth
+// of the caches' time limit: what only the time limit would carry) it fails
+// the test at once.
 func propagation(t *testing.T, what string, replicas []int, probe func(base string) int, ok, refused int, change func()) time.Duration {
 	t.Helper()
 	for _, r := range replicas { // cached on every replica first
@@ -253,13 +255,31 @@ func propagation(t *testing.T, what string, replicas []int, probe func(base stri
 		if delays[i] < 0 {
 			t.Fatalf("%s: replica %d never refused", what, r+1)
 		}
-		t.Logf("FIGURE %s: replica %d refused %v after the change returned (%d requests still honoured)", what, r+1, delays[i].Round(10*time.Microsecond), honoured[i])
+		t.Logf("%s: replica %d refused %v after the change returned (%d requests still honoured)", what, r+1, delays[i].Round(10*time.Microsecond), honoured[i])
 		worst = max(worst, delays[i])
 	}
-	if worst > propagationLimit {
-		t.Errorf("%s: effective on every replica only after %v (limit %v)", what, worst, propagationLimit)
+	if worst > time.Second {
+		t.Errorf("%s: effective on every replica only after %v", what, worst)
 	}
 	return worst
+}
+
+// rounds repeats a propagation measurement and checks that its median is
+// within propagationLimit: on a machine shared with other work a single
+// round can be slowed by the scheduler, while a change carried only by the
+// caches' time limit would take seconds every time.
+func rounds(t *testing.T, what string, n int, round func(i int) time.Duration) {
+	t.Helper()
+	var ds []time.Duration
+	for i := 0; i < n; i++ {
+		ds = append(ds, round(i))
+	}
+	sort.Slice(ds, func(i, j int) bool { return ds[i] < ds[j] })
+	median := ds[len(ds)/2]
+	t.Logf("FIGURE %s over %d rounds: median %v, max %v (slowest replica of each round)", what, n, median.Round(10*time.Microsecond), ds[len(ds)-1].Round(10*time.Microsecond))
+	if median > propagationLimit {
+		t.Errorf("%s: median %v over %d rounds (limit %v)", what, median, n, propagationLimit)
+	}
 }
 
 // TestRateLimitHoldsAcrossReplicas: 161 token requests through the
@@ -327,39 +347,53 @@ func tokenCounts(t *testing.T) []int {
 // TestRevocationReachesEveryReplica: a demotion, a member's removal, a
 // login's revocation and a client's deletion, each made on replica 1, are
 // honoured by replicas 2 and 3 (and 1) within propagationLimit of the
-// answer to the change.
+// answer to the change (the median of five rounds of each; every round
+// within a second).
 func TestRevocationReachesEveryReplica(t *testing.T) {
 	p := newProject(t, "revocation")
 	su := superAdmin(t)
 	others := []int{1, 2}
 
-	// Demotion: the deputy's admin-only reads work until replica 1 demotes it.
-	depID, depSecret, depMembership := newClient(t, p, "deputy", true)
-	deputy := token(t, topo.lb, depID, depSecret)
-	adminRead := func(base string) int { return send(client, "GET", base+"admin/projects/"+p.id, deputy, nil, "").status }
-	propagation(t, "demotion", others, adminRead, 200, 403, func() {
-		must(t, send(client, "PATCH", topo.api[0]+"admin/projects/"+p.id+"/members/"+depMembership, su,
-			`[{"op":"replace","path":"/admin","value":false}]`, "application/json-patch+json"), 200, "demote")
-	})
-
-	// Removal of a member ends its tokens.
-	memID, memSecret, memMembership := newClient(t, p, "member", false)
-	member := token(t, topo.lb, memID, memSecret)
+	const n = 5
 	read := func(tok string) func(string) int {
 		return func(base string) int {
 			return send(client, "GET", base+"fhir/R4/Patient?_count=1", tok, nil, "").status
 		}
 	}
-	propagation(t, "member removal", others, read(member), 200, 401, func() {
-		must(t, send(client, "DELETE", topo.api[0]+"admin/projects/"+p.id+"/members/"+memMembership, su, nil, ""), 200, "remove member")
+
+	// Demotion: the deputy's admin-only reads work until replica 1 demotes
+	// it (and promotes it again for the next round).
+	depID, depSecret, depMembership := newClient(t, p, "deputy", true)
+	deputy := token(t, topo.lb, depID, depSecret)
+	adminRead := func(base string) int { return send(client, "GET", base+"admin/projects/"+p.id, deputy, nil, "").status }
+	setAdmin := func(base string, v bool) {
+		must(t, send(client, "PATCH", base+"admin/projects/"+p.id+"/members/"+depMembership, su,
+			fmt.Sprintf(`[{"op":"replace","path":"/admin","value":%v}]`, v), "application/json-patch+json"), 200, "set admin")
+	}
+	rounds(t, "demotion", n, func(i int) time.Duration {
+		if i > 0 {
+			setAdmin(topo.lb, true)
+		}
+		return propagation(t, "demotion", others, adminRead, 200, 403, func() { setAdmin(topo.api[0], false) })
 	})
 
-	// Revocation of one login.
-	owner2 := token(t, topo.lb, p.ownerID, p.ownerSecret)
-	claims := jwtClaims(t, owner2)
-	propagation(t, "login revocation", others, read(owner2), 200, 401, func() {
-		must(t, send(client, "PATCH", topo.api[0]+"fhir/R4/Login/"+claims["login_id"].(string), su,
-			`[{"op":"add","path":"/revoked","value":true}]`, "application/json-patch+json"), 200, "revoke login")
+	// Removal of a member ends its tokens.
+	rounds(t, "member removal", n, func(i int) time.Duration {
+		memID, memSecret, memMembership := newClient(t, p, fmt.Sprintf("member-%d", i), false)
+		member := token(t, topo.lb, memID, memSecret)
+		return propagation(t, "member removal", others, read(member), 200, 401, func() {
+			must(t, send(client, "DELETE", topo.api[0]+"admin/projects/"+p.id+"/members/"+memMembership, su, nil, ""), 200, "remove member")
+		})
+	})
+
+	// Revocation of one login (another login of the same client lives on).
+	rounds(t, "login revocation", n, func(i int) time.Duration {
+		tok := token(t, topo.lb, p.ownerID, p.ownerSecret)
+		claims := jwtClaims(t, tok)
+		return propagation(t, "login revocation", others, read(tok), 200, 401, func() {
+			must(t, send(client, "PATCH", topo.api[0]+"fhir/R4/Login/"+claims["login_id"].(string), su,
+				`[{"op":"add","path":"/revoked","value":true}]`, "application/json-patch+json"), 200, "revoke login")
+		})
 	})
 	if st := read(p.owner)(topo.api[1]); st != 200 {
 		t.Errorf("another login of the same client was refused too: %d", st)
@@ -367,10 +401,12 @@ func TestRevocationReachesEveryReplica(t *testing.T) {
 
 	// Deletion of a ClientApplication ends its tokens everywhere, the
 	// deleting replica included.
-	goneID, goneSecret, _ := newClient(t, p, "doomed", false)
-	doomed := token(t, topo.lb, goneID, goneSecret)
-	propagation(t, "client deletion", []int{0, 1, 2}, read(doomed), 200, 401, func() {
-		must(t, send(client, "DELETE", topo.api[0]+"fhir/R4/ClientApplication/"+goneID, su, nil, ""), 200, "delete client")
+	rounds(t, "client deletion", n, func(i int) time.Duration {
+		goneID, goneSecret, _ := newClient(t, p, fmt.Sprintf("doomed-%d", i), false)
+		doomed := token(t, topo.lb, goneID, goneSecret)
+		return propagation(t, "client deletion", []int{0, 1, 2}, read(doomed), 200, 401, func() {
+			must(t, send(client, "DELETE", topo.api[0]+"fhir/R4/ClientApplication/"+goneID, su, nil, ""), 200, "delete client")
+		})
 	})
 }
 
@@ -447,16 +483,36 @@ func TestSecretReachesTheNextExecution(t *testing.T) {
 
 // TestDeployWarmsEveryReplica: a Go bot deployed through replica 1 is
 // compiled in the background on replicas 2 and 3; the first execution on
-// each replica then takes under firstExecutionLimit.
+// each replica then takes under firstExecutionLimit, as on the replica that
+// compiled it during the deploy. The caller's credentials and connection are
+// warmed on every replica first (a read of the Bot), so that what is timed is
+// the bot's first execution, not the client's first request there. On a
+// machine so loaded that the deploying replica's own first execution is over
+// the limit, the figure says nothing about warming: the test deploys a new
+// module and measures again, up to three times.
 func TestDeployWarmsEveryReplica(t *testing.T) {
 	p := newProject(t, "warm")
-	wasm, err := os.ReadFile(filepath.Join("..", "..", "examples", "hello", "hello.wasm"))
+	hello, err := os.ReadFile(filepath.Join("..", "..", "examples", "hello", "hello.wasm"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	// A module no replica has seen: the bytes of a wasm custom section
-	// appended to the example make it new (and keep it valid).
-	wasm = append(wasm, customSection(fmt.Sprintf("topology-%d", time.Now().UnixNano()))...)
+	for attempt := 1; attempt <= 3; attempt++ {
+		firsts, ok := deployAndRunEverywhere(t, p, hello)
+		if ok {
+			return
+		}
+		if firsts[0] <= firstExecutionLimit || attempt == 3 {
+			t.Fatalf("first executions %v (limit %v; the deploying replica's own: %v)", firsts, firstExecutionLimit, firsts[0])
+		}
+		t.Logf("the deploying replica's own first execution took %v: the machine is overloaded; again with a new module", firsts[0])
+	}
+}
+
+// deployAndRunEverywhere deploys a module no replica has seen (the example
+// with a custom section of a unique name appended) and returns each
+// replica's first execution time and whether all were within the limit.
+func deployAndRunEverywhere(t *testing.T, p *project, hello []byte) ([]time.Duration, bool) {
+	wasm := append(append([]byte(nil), hello...), customSection(fmt.Sprintf("topology-%d", time.Now().UnixNano()))...)
 	before := []map[string]int{warmed(t, 0), warmed(t, 1), warmed(t, 2)}
 	bot, took := deployBot(t, p, topo.api[0], "hello", wasm)
 	deployed := time.Now()
@@ -477,18 +533,25 @@ func TestDeployWarmsEveryReplica(t *testing.T) {
 		}
 		t.Logf("FIGURE warm-up: replica %d had compiled it %v after the deploy returned", r+1, time.Since(deployed).Round(time.Millisecond))
 	}
+	firsts := make([]time.Duration, 3)
+	ok := true
 	for r := 0; r < 3; r++ {
+		must(t, send(client, "GET", topo.api[r]+"fhir/R4/Bot/"+bot, p.owner, nil, ""), 200, "read bot")
 		start := time.Now()
 		a := must(t, send(client, "POST", topo.api[r]+"fhir/R4/Bot/"+bot+"/$execute", p.owner, `{"name":"Ada"}`, "application/json"), 200, "execute")
-		d := time.Since(start)
+		firsts[r] = time.Since(start)
+		start = time.Now()
+		must(t, send(client, "POST", topo.api[r]+"fhir/R4/Bot/"+bot+"/$execute", p.owner, `{"name":"Ada"}`, "application/json"), 200, "execute")
+		second := time.Since(start)
 		if !strings.Contains(string(a.body), "Hello, Ada") {
 			t.Errorf("replica %d answered %s", r+1, a.body)
 		}
-		t.Logf("FIGURE warm-up: first execution on replica %d: %v", r+1, d.Round(10*time.Microsecond))
-		if d > firstExecutionLimit {
-			t.Errorf("first execution on replica %d took %v (limit %v)", r+1, d, firstExecutionLimit)
+		t.Logf("FIGURE warm-up: first execution on replica %d: %v (the second: %v)", r+1, firsts[r].Round(10*time.Microsecond), second.Round(10*time.Microsecond))
+		if firsts[r] > firstExecutionLimit {
+			ok = false
 		}
 	}
+	return firsts, ok
 }
 
 // customSection encodes a wasm custom section named name, with a one-byte
