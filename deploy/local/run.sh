@@ -20,6 +20,7 @@
 # Needs: Go, PostgreSQL server binaries (initdb, pg_ctl), HAProxy (Debian:
 # apt-get install haproxy). As root, PostgreSQL runs as the postgres user.
 set -euo pipefail
+shopt -s inherit_errexit
 here="$(cd "$(dirname "$0")" && pwd)"
 repo="$(cd "$here/../.." && pwd)"
 REPLICAS=3
@@ -182,7 +183,7 @@ kill_pidfile() { # PIDFILE [SIGNAL]
 
 down() {
   STATE="$1"
-  [ -f "$STATE/env" ] || { echo "deploy/local: $STATE is not a topology" >&2; return 1; }
+  [ -f "$STATE/env" ] || { rm -rf "$STATE"; return 0; }
   # shellcheck disable=SC1091
   . "$STATE/env"
   kill_pidfile "$STATE/haproxy.pid"
@@ -212,15 +213,22 @@ test)
     echo "deploy/local: skipping the replicas tests" >&2
     exit 0
   fi
-  STATE="$(up | tail -n1)"
+  STATE="$(mktemp -d /tmp/sandbot-replicas.XXXXXX)"
   export STATE
-  status=0
-  (cd "$repo" && SANDBOT_TOPOLOGY="$here/run.sh" go test -tags replicas -count=1 -v -timeout 10m ./deploy/local/) || status=$?
-  if [ $status -ne 0 ]; then
-    for f in "$STATE"/logs/*.log; do echo "== $f"; tail -n 40 "$f"; done
-  fi
-  down "$STATE"
-  exit $status
+  # Whatever happens, what was started is stopped; on failure the logs are
+  # shown first.
+  on_exit() {
+    local status=$?
+    if [ $status -ne 0 ]; then
+      for f in "$STATE"/logs/*.log; do echo "== $f"; tail -n 40 "$f"; done
+    fi
+    down "$STATE"
+    exit $status
+  }
+  trap on_exit EXIT
+  up "$STATE" >/dev/null
+  cd "$repo"
+  SANDBOT_TOPOLOGY="$here/run.sh" go test -tags replicas -count=1 -v -timeout 10m ./deploy/local/
   ;;
 *)
   sed -n '2,21p' "$0" | sed 's/^# \{0,1\}//'
