@@ -217,9 +217,13 @@ func membershipOf(t *testing.T, profile string) string {
 // the test at once.
 func propagation(t *testing.T, what string, replicas []int, probe func(base string) int, ok, refused int, change func()) time.Duration {
 	t.Helper()
-	for _, r := range replicas { // cached on every replica first
-		if st := probe(topo.api[r]); st != ok {
-			t.Fatalf("%s: replica %d answered %d before the change, want %d", what, r+1, st, ok)
+	for _, r := range replicas { // honoured (and cached) on every replica first
+		deadline := time.Now().Add(time.Second)
+		for st := probe(topo.api[r]); st != ok; st = probe(topo.api[r]) {
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: replica %d answered %d before the change, want %d", what, r+1, st, ok)
+			}
+			time.Sleep(time.Millisecond)
 		}
 		probe(topo.api[r])
 	}
