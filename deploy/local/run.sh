@@ -38,11 +38,20 @@ as_pg() {
   if [ "$(id -u)" = 0 ]; then runuser -u postgres -- "$@"; else "$@"; fi
 }
 
-free_port() {
-  local p
-  while :; do
-    p=$((20000 + RANDOM % 40000))
-    if ! (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null; then echo "$p"; return; fi
+# free_ports prints N distinct ports no one listens on, below the kernel's
+# range of ephemeral ports (outgoing connections take those, and a port
+# taken that way cannot be bound).
+free_ports() {
+  local p lo picked=" " n=0
+  lo=$(cut -f1 /proc/sys/net/ipv4/ip_local_port_range 2>/dev/null || echo 32768)
+  while [ $n -lt "$1" ]; do
+    p=$((15000 + RANDOM % (lo - 15000)))
+    case "$picked" in *" $p "*) continue ;; esac
+    if ! (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null; then
+      picked="$picked$p "
+      echo "$p"
+      n=$((n + 1))
+    fi
   done
 }
 
@@ -95,9 +104,10 @@ up() {
   echo "deploy/local: building sandbot" >&2
   (cd "$repo" && CGO_ENABLED=0 go build -trimpath -o "$STATE/sandbot" ./cmd/sandbot)
 
-  local pgport lbport
-  pgport=$(free_port)
-  lbport=$(free_port)
+  local pgport lbport ports
+  mapfile -t ports < <(free_ports $((2 + 2 * REPLICAS)))
+  pgport=${ports[0]}
+  lbport=${ports[1]}
   {
     echo "STATE=$STATE"
     echo "PGDATA=$STATE/pgdata"
@@ -107,8 +117,8 @@ up() {
     echo "SANDBOT_TOPOLOGY_ADMIN_SECRET=topology-admin-secret-$RANDOM$RANDOM"
     echo "SANDBOT_LB_URL=http://127.0.0.1:$lbport"
     for n in $(seq 1 $REPLICAS); do
-      echo "SANDBOT_REPLICA${n}_API=http://127.0.0.1:$(free_port)"
-      echo "SANDBOT_REPLICA${n}_OPS=http://127.0.0.1:$(free_port)"
+      echo "SANDBOT_REPLICA${n}_API=http://127.0.0.1:${ports[2 * n]}"
+      echo "SANDBOT_REPLICA${n}_OPS=http://127.0.0.1:${ports[2 * n + 1]}"
     done
   } >"$STATE/env"
   # shellcheck disable=SC1091
