@@ -59,6 +59,8 @@ func TestConfigValidation(t *testing.T) {
 		{"unparsable TTL from env", nil, map[string]string{"SANDBOT_TOKEN_TTL": "soon"}, []string{"SANDBOT_TOKEN_TTL"}},
 		{"TTL too short", []string{"-token-ttl", "10s"}, nil, []string{"SANDBOT_TOKEN_TTL"}},
 		{"unparsable shutdown timeout", nil, map[string]string{"SANDBOT_SHUTDOWN_TIMEOUT": "a while"}, []string{"SANDBOT_SHUTDOWN_TIMEOUT"}},
+		{"unparsable drain", nil, map[string]string{"SANDBOT_SHUTDOWN_DRAIN": "briefly"}, []string{"SANDBOT_SHUTDOWN_DRAIN"}},
+		{"bad trusted proxy", []string{"-trusted-proxies", "10.0.0.0/8, the balancer"}, nil, []string{"SANDBOT_TRUSTED_PROXIES", "the balancer"}},
 		{"unparsable size from env", nil, map[string]string{"SANDBOT_MAX_JSON_BYTES": "1MB"}, []string{"SANDBOT_MAX_JSON_BYTES"}},
 		{"size too small", []string{"-max-json-bytes", "10"}, nil, []string{"SANDBOT_MAX_JSON_BYTES"}},
 		{"size too large", []string{"-max-module-bytes", "99999999999"}, nil, []string{"SANDBOT_MAX_MODULE_BYTES"}},
