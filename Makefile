@@ -42,7 +42,8 @@ test-node:
 	cd compat && node --test
 
 # The deployment files parse (deploy/check.sh); three replicas on a
-# PostgreSQL cluster of their own behind HAProxy, as processes (deploy/local): revocation across replicas, database restarts,
+# PostgreSQL cluster of their own behind HAProxy, as processes
+# (deploy/local): revocation across replicas, database restarts,
 # SIGTERM under load, the shared rate limit, warm deploys. Skipped when
 # PostgreSQL's server binaries or HAProxy are missing, unless CI=true.
 test-replicas:
