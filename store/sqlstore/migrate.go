@@ -45,6 +45,13 @@ func (s *Store) migrations() ([]migration, error) {
 		out = append(out, migration{version: v, name: e.Name(), sql: string(b)})
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].version < out[j].version })
+	for i := 1; i < len(out); i++ {
+		// Two branches that each added "the next" migration: one would be
+		// skipped on databases where the other ran first.
+		if out[i].version == out[i-1].version {
+			return nil, fmt.Errorf("migrations %s and %s have the same number", out[i-1].name, out[i].name)
+		}
+	}
 	return out, nil
 }
 
