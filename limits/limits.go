@@ -47,6 +47,52 @@ type Limits struct {
 	// BotLogBytes is how much of an execution's log is kept (its end), in
 	// the result and in the execution's AuditEvent; negative keeps none.
 	BotLogBytes int64
+	// BotLogWriteBytes bounds everything an execution writes to its log
+	// (sandbot.log, stderr, a reactor's stdout), each line or write counted
+	// as at least 64 bytes; past it the execution fails, so that a flood of
+	// (even empty) lines stops early instead of running to the deadline.
+	BotLogWriteBytes int64
+	// BotStackBytes bounds an execution's call stack (estimated from each
+	// function's locals and operand stack); deeper recursion fails.
+	BotStackBytes int64
+
+	// ExecutionMemoryBytes is the node's memory budget for bot executions:
+	// each running execution holds its memory limit (or its module's
+	// smaller declared maximum), its tables and stack and what the host
+	// buffers for it, and an execution that does not fit is refused (429).
+	ExecutionMemoryBytes int64
+	// ProjectExecutionPercent is the share of ExecutionMemoryBytes the
+	// executions of one project may hold together.
+	ProjectExecutionPercent int64
+
+	// CompileConcurrency is how many modules compile at once; others wait
+	// (up to CompileQueue of them, then 429).
+	CompileConcurrency int64
+	// CompileQueue is how many compilations may wait for a slot.
+	CompileQueue int64
+	// CompileCPUSeconds and CompileMemoryBytes are the ceiling of one
+	// module's compilation (a child process under rlimits): past them the
+	// module is refused as too expensive to compile.
+	CompileCPUSeconds  int64
+	CompileMemoryBytes int64
+
+	// Module structure, checked at deploy before wazero sees the module
+	// (runtime/wasmparse.go): compile time and memory, and what each
+	// instance allocates, grow with these.
+	ModuleFunctions      int64 // functions, imported and defined
+	ModuleFunctionBytes  int64 // bytes of one function body
+	ModuleFunctionLocals int64 // locals of one function
+	ModuleLocals         int64 // locals of all functions
+	ModuleBrTableTargets int64 // targets of one br_table
+	ModuleBlockDepth     int64 // nesting of block, loop and if
+	// ModuleTableElements bounds the sum of all tables' initial and
+	// maximum sizes, and the entries of element segments; an instance
+	// allocates 8 bytes per element, counted against the memory budget.
+	ModuleTableElements int64
+	ModuleTypes         int64 // function types
+	ModuleTypeArity     int64 // parameters, or results, of one type
+	ModuleGlobals       int64
+	ModuleDataSegments  int64
 
 	// AuthRequestsPerMinute is how many /auth/* and /oauth2/* requests a
 	// client IP may make per minute; negative means no limit.
@@ -68,6 +114,33 @@ func Default() Limits {
 		BotMemoryBytes:        64 << 20,
 		BotOutputBytes:        8 << 20,
 		BotLogBytes:           10 << 10,
+		BotLogWriteBytes:      8 << 20,
+		BotStackBytes:         8 << 20,
+
+		ExecutionMemoryBytes:    1 << 30,
+		ProjectExecutionPercent: 50,
+
+		CompileConcurrency: 2,
+		CompileQueue:       16,
+		CompileCPUSeconds:  60,
+		CompileMemoryBytes: 2 << 30,
+
+		// Browsers' limits where they have one (V8: 50,000 locals per
+		// function, 65,520 br_table targets); the others leave Go bots
+		// (about 2,400 functions, 550 nested blocks, 40,000 data
+		// segments, 6,400 table elements) far inside.
+		ModuleFunctions:      100_000,
+		ModuleFunctionBytes:  2 << 20,
+		ModuleFunctionLocals: 50_000,
+		ModuleLocals:         1_000_000,
+		ModuleBrTableTargets: 65_520,
+		ModuleBlockDepth:     10_000,
+		ModuleTableElements:  100_000,
+		ModuleTypes:          10_000,
+		ModuleTypeArity:      128,
+		ModuleGlobals:        10_000,
+		ModuleDataSegments:   100_000,
+
 		AuthRequestsPerMinute: 160, // the reference's strict auth limit
 		AuthBodyBytes:         64 << 10,
 	}
@@ -95,6 +168,25 @@ func (l Limits) WithDefaults() Limits {
 	set(&l.BotMemoryBytes, d.BotMemoryBytes)
 	set(&l.BotOutputBytes, d.BotOutputBytes)
 	set(&l.BotLogBytes, d.BotLogBytes)
+	set(&l.BotLogWriteBytes, d.BotLogWriteBytes)
+	set(&l.BotStackBytes, d.BotStackBytes)
+	set(&l.ExecutionMemoryBytes, d.ExecutionMemoryBytes)
+	set(&l.ProjectExecutionPercent, d.ProjectExecutionPercent)
+	set(&l.CompileConcurrency, d.CompileConcurrency)
+	set(&l.CompileQueue, d.CompileQueue)
+	set(&l.CompileCPUSeconds, d.CompileCPUSeconds)
+	set(&l.CompileMemoryBytes, d.CompileMemoryBytes)
+	set(&l.ModuleFunctions, d.ModuleFunctions)
+	set(&l.ModuleFunctionBytes, d.ModuleFunctionBytes)
+	set(&l.ModuleFunctionLocals, d.ModuleFunctionLocals)
+	set(&l.ModuleLocals, d.ModuleLocals)
+	set(&l.ModuleBrTableTargets, d.ModuleBrTableTargets)
+	set(&l.ModuleBlockDepth, d.ModuleBlockDepth)
+	set(&l.ModuleTableElements, d.ModuleTableElements)
+	set(&l.ModuleTypes, d.ModuleTypes)
+	set(&l.ModuleTypeArity, d.ModuleTypeArity)
+	set(&l.ModuleGlobals, d.ModuleGlobals)
+	set(&l.ModuleDataSegments, d.ModuleDataSegments)
 	set(&l.AuthRequestsPerMinute, d.AuthRequestsPerMinute)
 	set(&l.AuthBodyBytes, d.AuthBodyBytes)
 	return l
@@ -133,6 +225,36 @@ func Settings() []Setting {
 			Min: 1 << 10, Max: 1 << 30, Field: func(l *Limits) *int64 { return &l.BotOutputBytes }},
 		{Env: "SANDBOT_BOT_LOG_BYTES", Flag: "bot-log-bytes", Usage: "bot log kept per execution (0: none)",
 			Min: 0, Max: 1 << 30, ZeroIsOff: true, Field: func(l *Limits) *int64 { return &l.BotLogBytes }},
+		{Env: "SANDBOT_BOT_LOG_WRITE_BYTES", Flag: "bot-log-write-bytes", Usage: "most an execution may write to its log, each line or write counted as at least 64 bytes (over: the execution fails)",
+			Min: 1 << 10, Max: 1 << 30, Field: func(l *Limits) *int64 { return &l.BotLogWriteBytes }},
+		{Env: "SANDBOT_BOT_STACK_BYTES", Flag: "bot-stack-bytes", Usage: "bot call stack limit (estimated)",
+			Min: 64 << 10, Max: 64 << 20, Field: func(l *Limits) *int64 { return &l.BotStackBytes }},
+		{Env: "SANDBOT_EXECUTION_MEMORY_BYTES", Flag: "execution-memory-bytes", Usage: "memory budget of the bot executions running at once (over: 429)",
+			Min: 1 << 20, Max: 1 << 40, Field: func(l *Limits) *int64 { return &l.ExecutionMemoryBytes }},
+		{Env: "SANDBOT_PROJECT_EXECUTION_PERCENT", Flag: "project-execution-percent", Usage: "share of the execution memory budget one project's executions may hold",
+			Min: 1, Max: 100, Field: func(l *Limits) *int64 { return &l.ProjectExecutionPercent }},
+		{Env: "SANDBOT_COMPILE_CONCURRENCY", Flag: "compile-concurrency", Usage: "bot modules compiled at once",
+			Min: 1, Max: 256, Field: func(l *Limits) *int64 { return &l.CompileConcurrency }},
+		{Env: "SANDBOT_COMPILE_QUEUE", Flag: "compile-queue", Usage: "compilations that may wait for a slot (more: 429)",
+			Min: 0, Max: 1 << 20, Field: func(l *Limits) *int64 { return &l.CompileQueue }},
+		{Env: "SANDBOT_COMPILE_CPU_SECONDS", Flag: "compile-cpu-seconds", Usage: "CPU time ceiling of one module's compilation",
+			Min: 1, Max: 3600, Field: func(l *Limits) *int64 { return &l.CompileCPUSeconds }},
+		{Env: "SANDBOT_COMPILE_MEMORY_BYTES", Flag: "compile-memory-bytes", Usage: "address space ceiling of one module's compilation",
+			Min: 64 << 20, Max: 1 << 40, Field: func(l *Limits) *int64 { return &l.CompileMemoryBytes }},
+		{Env: "SANDBOT_MODULE_MAX_FUNCTIONS", Flag: "module-max-functions", Usage: "functions of a bot module, imported and defined",
+			Min: 1, Max: 1 << 24, Field: func(l *Limits) *int64 { return &l.ModuleFunctions }},
+		{Env: "SANDBOT_MODULE_MAX_FUNCTION_BYTES", Flag: "module-max-function-bytes", Usage: "bytes of one function body of a bot module",
+			Min: 1 << 10, Max: 1 << 30, Field: func(l *Limits) *int64 { return &l.ModuleFunctionBytes }},
+		{Env: "SANDBOT_MODULE_MAX_FUNCTION_LOCALS", Flag: "module-max-function-locals", Usage: "locals of one function of a bot module",
+			Min: 1, Max: 1 << 24, Field: func(l *Limits) *int64 { return &l.ModuleFunctionLocals }},
+		{Env: "SANDBOT_MODULE_MAX_LOCALS", Flag: "module-max-locals", Usage: "locals of all functions of a bot module",
+			Min: 1, Max: 1 << 28, Field: func(l *Limits) *int64 { return &l.ModuleLocals }},
+		{Env: "SANDBOT_MODULE_MAX_BR_TABLE_TARGETS", Flag: "module-max-br-table-targets", Usage: "targets of one br_table in a bot module",
+			Min: 1, Max: 1 << 24, Field: func(l *Limits) *int64 { return &l.ModuleBrTableTargets }},
+		{Env: "SANDBOT_MODULE_MAX_BLOCK_DEPTH", Flag: "module-max-block-depth", Usage: "nesting of blocks in a bot module's functions",
+			Min: 1, Max: 1 << 20, Field: func(l *Limits) *int64 { return &l.ModuleBlockDepth }},
+		{Env: "SANDBOT_MODULE_MAX_TABLE_ELEMENTS", Flag: "module-max-table-elements", Usage: "all tables' initial and maximum sizes together, and element segment entries, of a bot module",
+			Min: 1, Max: 1 << 26, Field: func(l *Limits) *int64 { return &l.ModuleTableElements }},
 		{Env: "SANDBOT_MODULE_CACHE_BYTES", Flag: "module-cache-bytes", Usage: "compiled bot modules kept in memory, in module bytes (least recently used dropped first)",
 			Min: 1 << 20, Max: 1 << 40, Field: func(l *Limits) *int64 { return &l.ModuleCacheBytes }},
 		{Env: "SANDBOT_AUTH_RATE_LIMIT", Flag: "auth-rate-limit", Usage: "requests per minute per client IP on /auth and /oauth2 (0: no limit)",

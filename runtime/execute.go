@@ -89,6 +89,7 @@ const (
 	FailTrap     FailureKind = "trap"
 	FailExit     FailureKind = "exit"
 	FailEnvelope FailureKind = "envelope"
+	FailStack    FailureKind = "stack"
 )
 
 // Failure is a guest failure: the bot, not the host, went wrong. The HTTP
@@ -209,6 +210,9 @@ func (r *Runtime) run(parent context.Context, m *Module, ex Execution, lim Limit
 		if _, refused := mem.stats(); refused {
 			return failf(FailMemory, "Bot exceeded the memory limit of %d bytes", lim.MemoryBytes)
 		}
+		if errors.Is(err, errStackExceeded) || (err != nil && strings.Contains(err.Error(), "stack overflow")) {
+			return failf(FailStack, "Bot exceeded the call stack limit of %d bytes (recursion too deep)", r.cfg.Limits.BotStackBytes)
+		}
 		var exit *sys.ExitError
 		if errors.As(err, &exit) {
 			msg := fmt.Sprintf("Bot exited with code %d", exit.ExitCode())
@@ -287,6 +291,11 @@ func (r *Runtime) run(parent context.Context, m *Module, ex Execution, lim Limit
 			return failf(FailEnvelope, "Bot returned a result envelope out of bounds of its memory")
 		}
 		out = b // parseEnvelope copies what it keeps
+	}
+	// A result that comes after the deadline is not a success: the bot
+	// may have run past it between two checks.
+	if context.Cause(ctx) != nil {
+		return classify(nil, "the handler")
 	}
 	env, err := parseEnvelope(out)
 	if err != nil {

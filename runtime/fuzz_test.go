@@ -1,9 +1,14 @@
 package runtime
 
 import (
+	"context"
 	"encoding/json"
 	"testing"
 	"unicode/utf8"
+
+	"github.com/tetratelabs/wazero"
+
+	"github.com/sandbot/sandbot/limits"
 )
 
 // FuzzInput: any body under any of the ABI's media types either is refused
@@ -70,6 +75,53 @@ func FuzzParseEnvelope(f *testing.F) {
 		}
 		if env.Error != nil && env.Error[0] != '"' && env.Error[0] != '{' {
 			t.Fatalf("error %q is neither a string nor an object", env.Error)
+		}
+	})
+}
+
+// FuzzPrepareModule: the pre-parse and the rewrite never panic on any
+// bytes, and the rewrite of a module the pre-parse accepts is valid for
+// wazero exactly when the module is: the instrumentation never turns a valid
+// module into an invalid one, nor an invalid one into a valid one. (wazero
+// is only ever given what the pre-parse accepted: its own decoder allocates
+// by the counts a module declares, so a 16-byte module can ask it for a
+// 64 GB table.) Seeds: small hand-built modules (the fixtures, tens of
+// kilobytes, slow the fuzzing engine to a crawl).
+func FuzzPrepareModule(f *testing.F) {
+	f.Add(reactorModule(tightLoopBody))
+	f.Add(reactorModule(growBody))
+	f.Add(callTree(4).build())
+	f.Add(testModule{funcs: []testFunc{{typ: 2, code: brTable(5)}}}.build())
+	ctx := context.Background()
+	wz := wazero.NewRuntimeWithConfig(ctx, wazero.NewRuntimeConfigInterpreter())
+	defer wz.Close(ctx)
+	if err := instantiateHost(ctx, wz); err != nil {
+		f.Fatal(err)
+	}
+	budget := limits.Default()
+	b := &moduleBudget{
+		functions: uint64(budget.ModuleFunctions), functionBytes: uint64(budget.ModuleFunctionBytes),
+		functionLocals: uint64(budget.ModuleFunctionLocals), locals: uint64(budget.ModuleLocals),
+		brTableTargets: uint64(budget.ModuleBrTableTargets), blockDepth: uint64(budget.ModuleBlockDepth),
+		tableElements: uint64(budget.ModuleTableElements), types: uint64(budget.ModuleTypes),
+		typeArity: uint64(budget.ModuleTypeArity), globals: uint64(budget.ModuleGlobals),
+		dataSegments: uint64(budget.ModuleDataSegments), dataBytes: uint64(budget.BotMemoryBytes),
+	}
+	f.Fuzz(func(t *testing.T, wasm []byte) {
+		_, prepared, _, err := prepareModule(wasm, b, 1<<20)
+		if err != nil {
+			return
+		}
+		orig, oerr := wz.CompileModule(ctx, wasm)
+		if oerr == nil {
+			orig.Close(ctx)
+		}
+		cm, err := wz.CompileModule(ctx, prepared)
+		if err == nil {
+			cm.Close(ctx)
+		}
+		if (oerr == nil) != (err == nil) {
+			t.Fatalf("the module is valid: %v, its rewrite: %v", oerr, err)
 		}
 	})
 }

@@ -3,6 +3,7 @@ package runtime
 import (
 	"bytes"
 	"context"
+	"errors"
 	"sync"
 
 	"github.com/tetratelabs/wazero"
@@ -39,7 +40,34 @@ func instantiateHost(ctx context.Context, wz wazero.Runtime) error {
 		WithResultNames("response").
 		Export("fhir").
 		Instantiate(ctx)
+	if err != nil {
+		return err
+	}
+	_, err = wz.NewHostModuleBuilder(yieldModule).
+		NewFunctionBuilder().
+		WithGoFunction(api.GoFunc(hostYield), []api.ValueType{i32}, nil).
+		WithParameterNames("reason").
+		Export(yieldName).
+		Instantiate(ctx)
 	return err
+}
+
+// errStackExceeded stops an execution whose call depth passed the stack
+// limit.
+var errStackExceeded = errors.New("bot call stack limit exceeded")
+
+// hostYield is what the instrumented code calls when its fuel runs out
+// (wasmrewrite.go): back in Go, the goroutine can be stopped by the garbage
+// collector and the scheduler, and an execution past its deadline stops
+// here, whatever the shape of its code. It also stops an execution past
+// the stack limit.
+func hostYield(ctx context.Context, stack []uint64) {
+	if uint32(stack[0]) == yieldStackExceeded {
+		panic(errStackExceeded)
+	}
+	if ctx.Err() != nil {
+		panic(context.Cause(ctx))
+	}
 }
 
 // hostError becomes a trap in the guest.

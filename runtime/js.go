@@ -672,26 +672,12 @@ func (r *Runtime) CompileJS(ctx context.Context, code []byte, filename string) (
 		r.metrics.cacheHits.Inc()
 		return m, nil
 	}
-	ch := r.group.DoChan("js:"+hash, func() (any, error) {
+	return r.shared(ctx, "js:"+hash, func(ctx context.Context) (*Module, error) {
 		if m, ok := r.Lookup(hash); ok && m.js != nil {
 			return m, nil
 		}
-		m, err := r.compileJS(context.WithoutCancel(ctx), eng, hash, code, filename)
-		if err != nil {
-			return nil, err
-		}
-		r.keep(m)
-		return m, nil
+		return r.compileJS(ctx, eng, hash, code, filename)
 	})
-	select {
-	case res := <-ch:
-		if res.Err != nil {
-			return nil, res.Err
-		}
-		return res.Val.(*Module), nil
-	case <-ctx.Done():
-		return nil, ctx.Err()
-	}
 }
 
 // esmSyntax finds an import or export statement at the start of a line.

@@ -16,6 +16,10 @@ type metrics struct {
 	evictions       prometheus.Counter
 	cachedBytes     prometheus.Gauge
 	guestMemory     prometheus.Histogram
+	childCompiles   prometheus.Counter
+	compileRefused  prometheus.Counter
+	admission       *prometheus.CounterVec
+	reservedBytes   prometheus.Gauge
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -59,6 +63,22 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Help:    "Size of the bot's linear memory when its execution ended.",
 			Buckets: prometheus.ExponentialBuckets(64<<10, 2, 12), // 64 KiB .. 128 MiB
 		}),
+		childCompiles: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "sandbot_bot_compiler_children_total",
+			Help: "Compiler child processes started (one per compilation).",
+		}),
+		compileRefused: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "sandbot_bot_compile_refused_total",
+			Help: "Compilations refused because every compile slot was taken and the queue was full.",
+		}),
+		admission: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sandbot_bot_executions_refused_total",
+			Help: "Executions refused at admission, by the budget that was full: node or project.",
+		}, []string{"budget"}),
+		reservedBytes: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "sandbot_bot_execution_reserved_bytes",
+			Help: "Memory held by running executions against the execution memory budget.",
+		}),
 	}
 	if reg != nil {
 		m.executions = register(reg, m.executions)
@@ -70,6 +90,10 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		m.evictions = register(reg, m.evictions)
 		m.cachedBytes = register(reg, m.cachedBytes)
 		m.guestMemory = register(reg, m.guestMemory)
+		m.childCompiles = register(reg, m.childCompiles)
+		m.compileRefused = register(reg, m.compileRefused)
+		m.admission = register(reg, m.admission)
+		m.reservedBytes = register(reg, m.reservedBytes)
 	}
 	return m
 }

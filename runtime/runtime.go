@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -16,7 +17,6 @@ import (
 	"github.com/tetratelabs/wazero"
 	"github.com/tetratelabs/wazero/api"
 	"github.com/tetratelabs/wazero/imports/wasi_snapshot_preview1"
-	"golang.org/x/sync/singleflight"
 
 	"github.com/sandbot/sandbot/limits"
 )
@@ -69,11 +69,22 @@ type Runtime struct {
 	jsEng  *jsEngine
 	jsErr  error
 	jsIdle atomic.Int64 // idle JavaScript instances, all bots together
+	// budget is the module structure limits of the pre-parse; stackSlots
+	// the call depth limit in 8-byte slots.
+	budget     moduleBudget
+	stackSlots uint32
+	// cacheDir is wazero's on-disk cache, which the compiler child writes;
+	// ownCacheDir: a temporary one, removed at Close.
+	cacheDir       string
+	ownCacheDir    bool
+	compileSlots   chan struct{}
+	compileWaiting atomic.Int64
+	lastChild      atomic.Pointer[childUsage] // for tests
 
 	mu          sync.RWMutex
 	modules     map[string]*Module
 	cachedBytes int
-	group       singleflight.Group
+	flights     map[string]*compileFlight
 }
 
 // wasm32MaxPages is the largest memory a 32-bit module can address (4 GiB).
@@ -92,27 +103,25 @@ func New(ctx context.Context, cfg Config) (*Runtime, error) {
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
-	var cache wazero.CompilationCache
-	if cfg.CacheDir != "" {
-		c, err := wazero.NewCompilationCacheWithDir(cfg.CacheDir)
+	// The compiler child writes the machine code here and the server
+	// reads it back: without a configured directory, a temporary one.
+	cacheDir, ownCacheDir := cfg.CacheDir, false
+	if cacheDir == "" {
+		dir, err := os.MkdirTemp("", "sandbot-wasm-cache-")
 		if err != nil {
 			return nil, fmt.Errorf("runtime: compilation cache: %w", err)
 		}
-		cache = c
-	} else {
-		cache = wazero.NewCompilationCache()
+		cacheDir, ownCacheDir = dir, true
 	}
-	rc := wazero.NewRuntimeConfigCompiler().
-		WithCloseOnContextDone(true).
-		// The engine allows the whole wasm32 space: the limit is enforced
-		// by the allocator (guestMemory), so that every grow past it, of any
-		// size, reaches the allocator, which refuses it and so knows that the
-		// failure that follows is a memory failure. A cap just above the
-		// limit let larger grows (a C malloc grows 16 pages at a time) be
-		// refused by wazero unseen, and the trap looked like any other.
-		WithMemoryLimitPages(wasm32MaxPages).
-		WithCompilationCache(cache)
-	wz := wazero.NewRuntimeWithConfig(ctx, rc)
+	cache, err := wazero.NewCompilationCacheWithDir(cacheDir)
+	if err != nil {
+		if ownCacheDir {
+			os.RemoveAll(cacheDir)
+		}
+		return nil, fmt.Errorf("runtime: compilation cache: %w", err)
+	}
+	l := cfg.Limits
+	wz := wazero.NewRuntimeWithConfig(ctx, engineConfig(cache))
 	r := &Runtime{
 		cfg:         cfg,
 		memoryLimit: memoryLimit,
@@ -122,14 +131,33 @@ func New(ctx context.Context, cfg Config) (*Runtime, error) {
 		metrics:     newMetrics(cfg.Registerer),
 		log:         logger,
 		modules:     map[string]*Module{},
+		flights:     map[string]*compileFlight{},
+		budget: moduleBudget{
+			functions:      uint64(l.ModuleFunctions),
+			functionBytes:  uint64(l.ModuleFunctionBytes),
+			functionLocals: uint64(l.ModuleFunctionLocals),
+			locals:         uint64(l.ModuleLocals),
+			brTableTargets: uint64(l.ModuleBrTableTargets),
+			blockDepth:     uint64(l.ModuleBlockDepth),
+			tableElements:  uint64(l.ModuleTableElements),
+			types:          uint64(l.ModuleTypes),
+			typeArity:      uint64(l.ModuleTypeArity),
+			globals:        uint64(l.ModuleGlobals),
+			dataSegments:   uint64(l.ModuleDataSegments),
+			dataBytes:      memoryLimit,
+		},
+		stackSlots:   uint32(min(l.BotStackBytes/8, 1<<30)),
+		cacheDir:     cacheDir,
+		ownCacheDir:  ownCacheDir,
+		compileSlots: make(chan struct{}, max(l.CompileConcurrency, 1)),
 	}
 	if _, err := wasi_snapshot_preview1.Instantiate(ctx, wz); err != nil {
-		_ = wz.Close(ctx)
+		_ = r.Close(ctx)
 		return nil, fmt.Errorf("runtime: WASI: %w", err)
 	}
 	r.wasi = wz.Module(wasi_snapshot_preview1.ModuleName).ExportedFunctionDefinitions()
 	if err := instantiateHost(ctx, wz); err != nil {
-		_ = wz.Close(ctx)
+		_ = r.Close(ctx)
 		return nil, fmt.Errorf("runtime: host module: %w", err)
 	}
 	return r, nil
@@ -150,6 +178,9 @@ func (r *Runtime) Close(ctx context.Context) error {
 		err = e
 	}
 	r.pool.close()
+	if r.ownCacheDir {
+		os.RemoveAll(r.cacheDir)
+	}
 	return err
 }
 
@@ -179,9 +210,13 @@ type Module struct {
 	shape      Shape
 	initialize bool
 	minMemory  uint64 // bytes
-	size       int
-	compiled   wazero.CompiledModule // nil for a JavaScript bot
-	js         *jsBot                // a JavaScript bot's image and instances
+	maxMemory  uint64 // bytes: the declared maximum, or the memory limit
+	// instanceBytes estimates what an instance allocates outside its
+	// linear memory (tables, globals, element and data instances).
+	instanceBytes uint64
+	size          int
+	compiled      wazero.CompiledModule // nil for a JavaScript bot
+	js            *jsBot                // a JavaScript bot's image and instances
 
 	lastUse atomic.Int64 // UnixNano of when it was compiled or last executed
 
@@ -240,9 +275,10 @@ func (m *Module) Hash() string { return m.hash }
 // Shape reports whether the module is a reactor or a WASI command.
 func (m *Module) Shape() Shape { return m.shape }
 
-// ModuleError is a module rejected by Compile: malformed, too large, or not
-// following the ABI; or JavaScript rejected by CompileJS, with the Line and
-// Column (1-based) of a syntax error. Its message names the reason.
+// ModuleError is a module rejected by Compile: malformed, over a limit of
+// the module budget, too expensive to compile, or not following the ABI; or
+// JavaScript rejected by CompileJS, with the Line and Column (1-based) of a
+// syntax error. Its message names the reason (and the limit).
 type ModuleError struct {
 	Reason       string
 	Line, Column int
@@ -269,12 +305,16 @@ func (r *Runtime) Lookup(hash string) (*Module, bool) {
 	return m, ok
 }
 
-// keep adds m to the in-memory modules and evicts the least recently used
-// others while the cache is over its budget.
+// keep adds m to the in-memory modules (if it is not there already) and
+// evicts the least recently used others while the cache is over its budget.
 func (r *Runtime) keep(m *Module) {
 	m.lastUse.Store(time.Now().UnixNano())
 	var evicted []*Module
 	r.mu.Lock()
+	if r.modules[m.hash] == m {
+		r.mu.Unlock()
+		return
+	}
 	r.modules[m.hash] = m
 	r.cachedBytes += m.size
 	for int64(r.cachedBytes) > r.cfg.Limits.ModuleCacheBytes && len(r.modules) > 1 {
@@ -295,78 +335,6 @@ func (r *Runtime) keep(m *Module) {
 		r.metrics.evictions.Inc()
 		r.log.Info("bot module evicted from the cache", "hash", e.hash, "bytes", e.size)
 	}
-}
-
-// Compile validates wasm against the ABI and compiles it, once per distinct
-// content: later calls with the same bytes return the same *Module, and
-// concurrent calls share one compilation. A rejected module is a
-// *ModuleError.
-func (r *Runtime) Compile(ctx context.Context, wasm []byte) (*Module, error) {
-	if int64(len(wasm)) > r.cfg.Limits.ModuleBytes {
-		return nil, moduleErrorf("module is %d bytes, over the limit of %d bytes", len(wasm), r.cfg.Limits.ModuleBytes)
-	}
-	hash := HashBytes(wasm)
-	if m, ok := r.Lookup(hash); ok {
-		r.metrics.cacheHits.Inc()
-		return m, nil
-	}
-	ran := false // set only if this caller's function ran
-	ch := r.group.DoChan(hash, func() (any, error) {
-		ran = true
-		if m, ok := r.Lookup(hash); ok {
-			r.metrics.cacheHits.Inc()
-			return m, nil
-		}
-		// Not bound to one caller's cancellation: others may be waiting.
-		m, err := r.compile(context.WithoutCancel(ctx), hash, wasm)
-		if err != nil {
-			return nil, err
-		}
-		r.keep(m)
-		return m, nil
-	})
-	select {
-	case res := <-ch:
-		if res.Err != nil {
-			return nil, res.Err
-		}
-		if !ran {
-			r.metrics.cacheHits.Inc()
-		}
-		return res.Val.(*Module), nil
-	case <-ctx.Done():
-		return nil, ctx.Err()
-	}
-}
-
-func (r *Runtime) compile(ctx context.Context, hash string, wasm []byte) (*Module, error) {
-	r.metrics.cacheMisses.Inc()
-	start := time.Now()
-	imports, prepared, err := prepareModule(wasm)
-	if err != nil {
-		return nil, moduleErrorf("invalid module: %v", err)
-	}
-	if err := r.checkImportNames(imports); err != nil {
-		return nil, err
-	}
-	cm, err := r.wz.CompileModule(ctx, prepared)
-	if err != nil {
-		if ctx.Err() != nil {
-			return nil, err
-		}
-		return nil, moduleErrorf("invalid module: %v", err)
-	}
-	m, err := r.checkShape(cm)
-	if err != nil {
-		_ = cm.Close(ctx)
-		return nil, err
-	}
-	m.hash = hash
-	m.size = len(wasm)
-	d := time.Since(start)
-	r.metrics.compileDuration.Observe(d.Seconds())
-	r.log.Info("bot module compiled", "hash", hash, "bytes", len(wasm), "shape", m.shape.String(), "duration", d)
-	return m, nil
 }
 
 var hostSignatures = map[string]struct{ params, results []api.ValueType }{
@@ -412,9 +380,12 @@ func signature(params, results []api.ValueType) string {
 	return s + ")"
 }
 
-func (r *Runtime) checkShape(cm wazero.CompiledModule) (*Module, error) {
+func (r *Runtime) checkShape(cm wazero.CompiledModule, info *moduleInfo) (*Module, error) {
 	for _, f := range cm.ImportedFunctions() {
 		mod, name, _ := f.Import()
+		if mod == yieldModule {
+			continue // added by the rewrite
+		}
 		var want struct{ params, results []api.ValueType }
 		if mod == "sandbot" {
 			want = hostSignatures[name]
@@ -435,7 +406,10 @@ func (r *Runtime) checkShape(cm wazero.CompiledModule) (*Module, error) {
 	if !ok {
 		return nil, moduleErrorf("module does not export its memory as %q", "memory")
 	}
-	m := &Module{compiled: cm, minMemory: uint64(mem.Min()) << 16}
+	m := &Module{compiled: cm, minMemory: uint64(mem.Min()) << 16, maxMemory: r.memoryLimit, instanceBytes: info.instanceBytes}
+	if max, ok := mem.Max(); ok {
+		m.maxMemory = min(uint64(max)<<16, r.memoryLimit)
+	}
 	if m.minMemory > r.memoryLimit {
 		return nil, moduleErrorf("initial memory %d bytes is over the limit of %d bytes", m.minMemory, r.memoryLimit)
 	}

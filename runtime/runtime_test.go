@@ -290,7 +290,7 @@ func TestCompileTooLarge(t *testing.T) {
 }
 
 func TestTableMaxCapped(t *testing.T) {
-	_, out, err := prepareModule(reactorModule(emptyBody))
+	_, out, _, err := prepareModule(reactorModule(emptyBody), testBudget(), 1<<20)
 	if err != nil {
 		t.Fatal(err)
 	}

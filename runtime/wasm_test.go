@@ -93,3 +93,102 @@ func memoryOnlyModule() []byte {
 		wsection(7, wvec(wcat(wname("memory"), []byte{2, 0}))),
 	)
 }
+
+// testFunc is a function of a built module: its type index, its encoded
+// locals declarations (nil: none) and its instructions (final end included).
+type testFunc struct {
+	typ    uint32
+	locals []byte
+	code   []byte
+}
+
+// testModule builds reactors (sandbot_alloc is function 0 of type 0,
+// sandbot_handle function 1 of type 1) with extra functions, tables, globals
+// and sections for the hostile shapes of the module budget tests.
+type testModule struct {
+	types   [][]byte // extra types after the reactor's three (functype encodings)
+	handle  []byte   // sandbot_handle's code; nil: emptyBody
+	funcs   []testFunc
+	tables  [][]byte // table types (reftype + limits)
+	memory  []byte   // limits; nil: min 1, no max
+	globals [][]byte // global entries (type, mut, init expr)
+	elems   []byte   // element section body
+	data    []byte   // data section body
+	start   *uint32
+	raw     [][]byte // extra sections appended as they are
+}
+
+func (tm testModule) build() []byte {
+	types := [][]byte{
+		functype([]byte{tI32}, []byte{tI32}),
+		functype([]byte{tI32, tI32}, []byte{tI64}),
+		functype(nil, nil),
+	}
+	types = append(types, tm.types...)
+	fidx := [][]byte{{0}, {1}}
+	handle := tm.handle
+	if handle == nil {
+		handle = emptyBody
+	}
+	bodies := [][]byte{
+		wbody(0x41, 0x80, 0x08, 0x0b),
+		wbody(handle...),
+	}
+	for _, f := range tm.funcs {
+		fidx = append(fidx, uleb(f.typ))
+		locals := f.locals
+		if locals == nil {
+			locals = []byte{0}
+		}
+		b := wcat(locals, f.code)
+		bodies = append(bodies, wcat(uleb(uint32(len(b))), b))
+	}
+	mem := tm.memory
+	if mem == nil {
+		mem = []byte{0x00, 0x01}
+	}
+	out := wcat(wasmHeader, wsection(1, wvec(types...)), wsection(3, wvec(fidx...)))
+	if len(tm.tables) > 0 {
+		out = wcat(out, wsection(4, wvec(tm.tables...)))
+	}
+	out = wcat(out, wsection(5, wvec(mem)))
+	if len(tm.globals) > 0 {
+		out = wcat(out, wsection(6, wvec(tm.globals...)))
+	}
+	out = wcat(out, wsection(7, wvec(
+		wcat(wname("memory"), []byte{2, 0}),
+		wcat(wname("sandbot_alloc"), []byte{0, 0}),
+		wcat(wname("sandbot_handle"), []byte{0, 1}),
+	)))
+	if tm.start != nil {
+		out = wcat(out, wsection(8, uleb(*tm.start)))
+	}
+	if tm.elems != nil {
+		out = wcat(out, wsection(9, tm.elems))
+	}
+	out = wcat(out, wsection(10, wvec(bodies...)))
+	if tm.data != nil {
+		out = wcat(out, wsection(11, tm.data))
+	}
+	for _, r := range tm.raw {
+		out = wcat(out, r)
+	}
+	return out
+}
+
+// callTree is a loop-free call tree: sandbot_handle calls function 2, and
+// each function k of n calls function k+1 twice; the last returns. It makes
+// 2^n calls.
+func callTree(n int) testModule {
+	var tm testModule
+	tm.handle = []byte{0x10, 2, 0x42, 0x00, 0x0b} // call 2; i64.const 0
+	for k := 0; k < n; k++ {
+		code := []byte{0x0b}
+		if k < n-1 {
+			next := uleb(uint32(k + 3))
+			code = wcat([]byte{0x10}, next, []byte{0x10}, next, []byte{0x0b})
+		}
+		tm.funcs = append(tm.funcs, testFunc{typ: 2, code: code})
+	}
+	return tm
+}

@@ -1,31 +1,33 @@
 package runtime
 
 import (
-	"cmp"
 	"errors"
 	"fmt"
-	"slices"
 )
 
-// This file holds the small amount of WebAssembly binary parsing the runtime
-// needs before handing a module to wazero: listing imports (so that a
-// forbidden import is reported by name at deploy, not at first execution),
-// giving every table without a declared maximum a maximum equal to its
-// initial size (docs/decisions.md 14), and merging active data segments that
-// are separated by short runs of zeros. Go's linker emits tens of thousands
-// of small data segments, and wazero evaluates and copies each one at every
-// instantiation; merged, a Go bot instantiates in a fraction of the time.
+// This file holds the WebAssembly binary primitives of the pre-parse
+// (wasmparse.go) and of the rewrite (wasmrewrite.go): a strict reader of the
+// binary format's integers and vectors, and their encoders. The reader is
+// strict on purpose: the rewritten module is decoded again by wazero, and an
+// integer that the two decoders read differently (an over-long or
+// over-flowing LEB128) could name one index to the pre-parse and another to
+// wazero, so such encodings are refused here.
 
 const (
+	secCustom    = 0
+	secType      = 1
 	secImport    = 2
+	secFunction  = 3
 	secTable     = 4
+	secMemory    = 5
+	secGlobal    = 6
+	secExport    = 7
+	secStart     = 8
+	secElement   = 9
+	secCode      = 10
 	secData      = 11
 	secDataCount = 12
 )
-
-// maxDataGap is the longest run of zero bytes mergeData fills to join two
-// data segments.
-const maxDataGap = 256
 
 type wasmImport struct {
 	module, name string
@@ -48,12 +50,17 @@ func (i wasmImport) kindName() string {
 	return fmt.Sprintf("kind %d", i.kind)
 }
 
-var errTruncated = errors.New("unexpected end of module")
+var (
+	errTruncated = errors.New("unexpected end of module")
+	errLEB       = errors.New("malformed LEB128 integer")
+)
 
 type reader struct {
 	b   []byte
 	off int
 }
+
+func (r *reader) done() bool { return r.off >= len(r.b) }
 
 func (r *reader) byte() (byte, error) {
 	if r.off >= len(r.b) {
@@ -64,19 +71,63 @@ func (r *reader) byte() (byte, error) {
 	return c, nil
 }
 
+// u32 reads an unsigned LEB128 of at most 5 bytes whose value fits 32 bits.
 func (r *reader) u32() (uint32, error) {
 	var v uint32
-	for shift := 0; shift < 35; shift += 7 {
+	for i := 0; i < 5; i++ {
 		c, err := r.byte()
 		if err != nil {
 			return 0, err
 		}
-		v |= uint32(c&0x7f) << shift
+		if i == 4 && c&0xf0 != 0 {
+			return 0, errLEB // a continuation or bits beyond 32
+		}
+		v |= uint32(c&0x7f) << (7 * i)
 		if c&0x80 == 0 {
 			return v, nil
 		}
 	}
-	return 0, errors.New("malformed LEB128 integer")
+	return 0, errLEB
+}
+
+// sleb reads a signed LEB128 of the given width (32, 33 or 64 bits).
+func (r *reader) sleb(bits int) (int64, error) {
+	var v int64
+	maxBytes := (bits + 6) / 7
+	for i := 0; i < maxBytes; i++ {
+		c, err := r.byte()
+		if err != nil {
+			return 0, err
+		}
+		shift := 7 * i
+		if i == maxBytes-1 {
+			// The last byte holds the top bits and copies of the sign bit:
+			// it may not continue and its unused bits must equal the sign.
+			if c&0x80 != 0 {
+				return 0, errLEB
+			}
+			used := bits - shift // payload bits in this byte, sign included
+			if used < 7 {
+				rest := int8(c<<1) >> uint(used) // the unused bits, sign-extended, and the sign
+				if rest != 0 && rest != -1 {
+					return 0, errLEB
+				}
+			}
+		}
+		v |= int64(c&0x7f) << shift
+		if c&0x80 == 0 {
+			if shift+7 < 64 && c&0x40 != 0 {
+				v |= -1 << (shift + 7)
+			}
+			return v, nil
+		}
+	}
+	return 0, errLEB
+}
+
+func (r *reader) s32() (int32, error) {
+	v, err := r.sleb(32)
+	return int32(v), err
 }
 
 func (r *reader) bytes(n uint32) ([]byte, error) {
@@ -88,6 +139,14 @@ func (r *reader) bytes(n uint32) ([]byte, error) {
 	return s, nil
 }
 
+func (r *reader) skip(n int) error {
+	if r.off+n > len(r.b) {
+		return errTruncated
+	}
+	r.off += n
+	return nil
+}
+
 func (r *reader) name() (string, error) {
 	n, err := r.u32()
 	if err != nil {
@@ -95,6 +154,20 @@ func (r *reader) name() (string, error) {
 	}
 	s, err := r.bytes(n)
 	return string(s), err
+}
+
+// count reads a vector length and checks that the rest of the input could
+// hold that many items of at least minSize bytes each, so that no caller
+// allocates for a count the module cannot back.
+func (r *reader) count(minSize int) (uint32, error) {
+	n, err := r.u32()
+	if err != nil {
+		return 0, err
+	}
+	if uint64(n)*uint64(minSize) > uint64(len(r.b)-r.off) {
+		return 0, errTruncated
+	}
+	return n, nil
 }
 
 func appendU32(b []byte, v uint32) []byte {
@@ -109,249 +182,9 @@ func appendU32(b []byte, v uint32) []byte {
 	}
 }
 
-// prepareModule parses the module's imports and returns a copy of the module
-// in which each table without a maximum has maximum = minimum. Structural
-// errors are reported as they are found; everything else is left to wazero's
-// own validation.
-func prepareModule(wasm []byte) (imports []wasmImport, out []byte, err error) {
-	if len(wasm) < 8 || string(wasm[:4]) != "\x00asm" {
-		return nil, nil, errors.New("not a WebAssembly module (bad magic number)")
-	}
-	if string(wasm[4:8]) != "\x01\x00\x00\x00" {
-		return nil, nil, errors.New("unsupported WebAssembly binary version")
-	}
-	r := &reader{b: wasm, off: 8}
-	out = make([]byte, 0, len(wasm)+16)
-	out = append(out, wasm[:8]...)
-	dataCount := false
-	for r.off < len(wasm) {
-		start := r.off
-		id, err := r.byte()
-		if err != nil {
-			return nil, nil, err
-		}
-		size, err := r.u32()
-		if err != nil {
-			return nil, nil, err
-		}
-		body, err := r.bytes(size)
-		if err != nil {
-			return nil, nil, fmt.Errorf("section %d: %w", id, err)
-		}
-		switch id {
-		case secImport:
-			imports, err = parseImports(body)
-			if err != nil {
-				return nil, nil, fmt.Errorf("import section: %w", err)
-			}
-			out = append(out, wasm[start:r.off]...)
-		case secTable:
-			nb, err := capTables(body)
-			if err != nil {
-				return nil, nil, fmt.Errorf("table section: %w", err)
-			}
-			out = append(out, secTable)
-			out = appendU32(out, uint32(len(nb)))
-			out = append(out, nb...)
-		case secData:
-			nb, ok := mergeData(body)
-			if !ok || dataCount {
-				out = append(out, wasm[start:r.off]...)
-				break
-			}
-			out = append(out, secData)
-			out = appendU32(out, uint32(len(nb)))
-			out = append(out, nb...)
-		default:
-			if id == secDataCount {
-				dataCount = true // segment indices matter: do not merge
-			}
-			out = append(out, wasm[start:r.off]...)
-		}
-	}
-	return imports, out, nil
-}
+func appendS32(b []byte, v int32) []byte { return appendS64(b, int64(v)) }
 
-func parseImports(body []byte) ([]wasmImport, error) {
-	r := &reader{b: body}
-	n, err := r.u32()
-	if err != nil {
-		return nil, err
-	}
-	var imps []wasmImport
-	for i := uint32(0); i < n; i++ {
-		var imp wasmImport
-		if imp.module, err = r.name(); err != nil {
-			return nil, err
-		}
-		if imp.name, err = r.name(); err != nil {
-			return nil, err
-		}
-		if imp.kind, err = r.byte(); err != nil {
-			return nil, err
-		}
-		imps = append(imps, imp)
-		switch imp.kind {
-		case 0: // type index
-			_, err = r.u32()
-		default:
-			// Any non-function import is rejected by the caller; there is
-			// no need to decode the rest of the section.
-			return imps, nil
-		}
-		if err != nil {
-			return nil, err
-		}
-	}
-	return imps, nil
-}
-
-func capTables(body []byte) ([]byte, error) {
-	r := &reader{b: body}
-	n, err := r.u32()
-	if err != nil {
-		return nil, err
-	}
-	out := appendU32(make([]byte, 0, len(body)+int(n)*5), n)
-	for i := uint32(0); i < n; i++ {
-		ref, err := r.byte()
-		if err != nil {
-			return nil, err
-		}
-		if ref != 0x70 && ref != 0x6f {
-			return nil, fmt.Errorf("unsupported table type 0x%x", ref)
-		}
-		flag, err := r.byte()
-		if err != nil {
-			return nil, err
-		}
-		if flag > 1 {
-			return nil, fmt.Errorf("unsupported table limits flag 0x%x", flag)
-		}
-		min, err := r.u32()
-		if err != nil {
-			return nil, err
-		}
-		max := min
-		if flag == 1 {
-			if max, err = r.u32(); err != nil {
-				return nil, err
-			}
-		}
-		out = append(out, ref, 1)
-		out = appendU32(out, min)
-		out = appendU32(out, max)
-	}
-	if r.off != len(body) {
-		return nil, errors.New("trailing bytes")
-	}
-	return out, nil
-}
-
-type dataSegment struct {
-	offset uint64
-	data   []byte
-}
-
-// mergeData rewrites a data section whose segments are all active, for
-// memory 0, at constant offsets, and pairwise disjoint. Disjoint writes
-// commute, so the segments may be sorted by offset; then each is joined to
-// the previous one when the gap between them is at most maxDataGap bytes,
-// filled with zeros (no segment writes there, and memory starts zeroed).
-// It reports false when the section is left alone.
-func mergeData(body []byte) ([]byte, bool) {
-	r := &reader{b: body}
-	n, err := r.u32()
-	if err != nil || n < 2 {
-		return nil, false
-	}
-	segs := make([]dataSegment, 0, n)
-	for i := uint32(0); i < n; i++ {
-		flag, err := r.u32()
-		if err != nil || flag != 0 {
-			return nil, false
-		}
-		if op, err := r.byte(); err != nil || op != 0x41 { // i32.const
-			return nil, false
-		}
-		off, err := r.s32()
-		if err != nil {
-			return nil, false
-		}
-		if end, err := r.byte(); err != nil || end != 0x0b {
-			return nil, false
-		}
-		size, err := r.u32()
-		if err != nil {
-			return nil, false
-		}
-		data, err := r.bytes(size)
-		if err != nil {
-			return nil, false
-		}
-		segs = append(segs, dataSegment{offset: uint64(uint32(off)), data: data})
-	}
-	if r.off != len(body) {
-		return nil, false
-	}
-	slices.SortStableFunc(segs, func(a, b dataSegment) int { return cmp.Compare(a.offset, b.offset) })
-	for i := 1; i < len(segs); i++ {
-		if segs[i-1].offset+uint64(len(segs[i-1].data)) > segs[i].offset {
-			return nil, false // overlapping segments: order matters
-		}
-	}
-	var merged []dataSegment
-	for _, seg := range segs {
-		if k := len(merged) - 1; k >= 0 {
-			cur := &merged[k]
-			curEnd := cur.offset + uint64(len(cur.data))
-			if seg.offset-curEnd <= maxDataGap {
-				cur.data = append(cur.data, make([]byte, seg.offset-curEnd)...)
-				cur.data = append(cur.data, seg.data...)
-				continue
-			}
-		}
-		merged = append(merged, dataSegment{offset: seg.offset, data: append([]byte(nil), seg.data...)})
-	}
-	if len(merged) == int(n) {
-		return nil, false
-	}
-	out := appendU32(make([]byte, 0, len(body)), uint32(len(merged)))
-	for _, seg := range merged {
-		out = append(out, 0x00, 0x41)
-		out = appendS32(out, int32(uint32(seg.offset)))
-		out = append(out, 0x0b)
-		out = appendU32(out, uint32(len(seg.data)))
-		out = append(out, seg.data...)
-	}
-	return out, true
-}
-
-func (r *reader) s32() (int32, error) {
-	var v int64
-	shift := 0
-	for {
-		c, err := r.byte()
-		if err != nil {
-			return 0, err
-		}
-		v |= int64(c&0x7f) << shift
-		shift += 7
-		if c&0x80 == 0 {
-			if shift < 64 && c&0x40 != 0 {
-				v |= -1 << shift
-			}
-			break
-		}
-		if shift >= 35 {
-			return 0, errors.New("malformed LEB128 integer")
-		}
-	}
-	return int32(v), nil
-}
-
-func appendS32(b []byte, v int32) []byte {
-	x := int64(v)
+func appendS64(b []byte, x int64) []byte {
 	for {
 		c := byte(x & 0x7f)
 		x >>= 7
@@ -360,4 +193,10 @@ func appendS32(b []byte, v int32) []byte {
 		}
 		b = append(b, c|0x80)
 	}
+}
+
+func appendSection(out []byte, id byte, body []byte) []byte {
+	out = append(out, id)
+	out = appendU32(out, uint32(len(body)))
+	return append(out, body...)
 }

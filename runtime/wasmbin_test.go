@@ -52,7 +52,7 @@ func TestMergeData(t *testing.T) {
 func TestMergeDataSameMemory(t *testing.T) {
 	ctx := context.Background()
 	orig := fixture(t, "gohello.wasm")
-	_, prepared, err := prepareModule(orig)
+	_, prepared, _, err := prepareModule(orig, testBudget(), 1<<20)
 	if err != nil {
 		t.Fatal(err)
 	}

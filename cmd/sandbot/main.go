@@ -53,6 +53,9 @@ Usage:
 `
 
 func main() {
+	// In the bot compiler's child process this compiles one module and
+	// exits (runtime/compile.go); otherwise it returns at once.
+	runtime.RunCompilerChild()
 	os.Exit(run(context.Background(), os.Args[1:], os.Stdin, os.Stdout, os.Stderr))
 }
 

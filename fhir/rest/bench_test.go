@@ -25,6 +25,7 @@ import (
 
 	"github.com/sandbot/sandbot/fhir"
 	"github.com/sandbot/sandbot/internal/servertest"
+	"github.com/sandbot/sandbot/runtime"
 	"github.com/sandbot/sandbot/store"
 	"github.com/sandbot/sandbot/store/storetest"
 )
@@ -60,6 +61,7 @@ var (
 )
 
 func TestMain(m *testing.M) {
+	runtime.RunCompilerChild() // bots are compiled in a child process: this test binary
 	code := m.Run()
 	for i := len(cleanups) - 1; i >= 0; i-- {
 		cleanups[i]()

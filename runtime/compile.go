@@ -1,0 +1,406 @@
+package runtime
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	goruntime "runtime"
+	"runtime/debug"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/tetratelabs/wazero"
+	"github.com/tetratelabs/wazero/experimental"
+)
+
+// Compilation runs in a child process: the program's own executable started
+// again (RunCompilerChild), under an address space and a CPU time rlimit, so
+// that no module, whatever blow-up it finds in the compiler, can take the
+// server's memory or CPU: past the ceiling the child is killed and the module
+// refused. The child writes the machine code to wazero's on-disk compilation
+// cache; the server then "compiles" the same bytes with the same
+// configuration, which wazero answers from that cache (its key is the
+// module's bytes, the configuration's termination flag, wazero's version and
+// the CPU's features, all of which the child shares: it is the same
+// executable, /proc/self/exe, on the same machine). The server's own call is
+// made with a canceled context and two compilation workers, with which
+// wazero's compiler stops before its first function: should the entry be
+// missing, the server does not compile in-process, it fails.
+//
+// Compilations run at most CompileConcurrency at once; up to CompileQueue
+// more wait for a slot, and beyond that Compile answers *BusyError. Callers
+// asking for the same bytes share one compilation, which is abandoned (the
+// child killed) when every one of them has gone.
+
+const (
+	childArg      = "__sandbot_compile"
+	childEnv      = "SANDBOT_COMPILER_CHILD"
+	childCacheEnv = "SANDBOT_COMPILER_CACHE_DIR"
+	childMemEnv   = "SANDBOT_COMPILER_MEMORY_BYTES"
+	childCPUEnv   = "SANDBOT_COMPILER_CPU_SECONDS"
+	childMaxInput = 2 << 30
+	// childInvalid is the child's exit code for a module wazero refused;
+	// its message is on stdout.
+	childInvalid = 3
+)
+
+var compilerChildEnabled atomic.Bool
+
+// RunCompilerChild must be called first in main, and in TestMain of every
+// test binary that compiles bots: in the compiler child process that Compile
+// starts it compiles one module and exits; in any other process it returns
+// at once, and enables Compile (which refuses to start a child from a
+// program that would not run this).
+func RunCompilerChild() {
+	if len(os.Args) > 1 && os.Args[1] == childArg && os.Getenv(childEnv) == "1" {
+		os.Exit(compilerChild())
+	}
+	compilerChildEnabled.Store(true)
+}
+
+// BusyError is a request refused for lack of capacity (compile slots, the
+// execution memory budget): the caller may retry after RetryAfter.
+type BusyError struct {
+	Reason     string
+	RetryAfter time.Duration
+}
+
+func (e *BusyError) Error() string { return e.Reason }
+
+// engineConfig is the wazero configuration of both the server and the
+// compiler child; everything in it that wazero's cache key depends on must
+// be the same in both.
+func engineConfig(cache wazero.CompilationCache) wazero.RuntimeConfig {
+	return wazero.NewRuntimeConfigCompiler().
+		WithCloseOnContextDone(true).
+		// The engine allows the whole wasm32 space: the limit is enforced
+		// by the allocator (guestMemory), so that every grow past it, of any
+		// size, reaches the allocator, which refuses it and so knows that the
+		// failure that follows is a memory failure. A cap just above the
+		// limit let larger grows (a C malloc grows 16 pages at a time) be
+		// refused by wazero unseen, and the trap looked like any other.
+		WithMemoryLimitPages(wasm32MaxPages).
+		// Custom sections are dropped by the rewrite; no debug information.
+		WithDebugInfoEnabled(false).
+		WithCompilationCache(cache)
+}
+
+// compileFlight is one compilation shared by the callers asking for the
+// same bytes.
+type compileFlight struct {
+	done    chan struct{}
+	mod     *Module
+	err     error
+	waiters int // under Runtime.mu
+	cancel  context.CancelFunc
+}
+
+// Compile validates wasm against the ABI and the module budget, and compiles
+// it, once per distinct content: later calls with the same bytes return the
+// same *Module, and concurrent calls share one compilation. A rejected
+// module is a *ModuleError; no free compile slot is a *BusyError; a caller
+// that goes away gets its context's error (and the compilation stops when
+// no caller is left).
+func (r *Runtime) Compile(ctx context.Context, wasm []byte) (*Module, error) {
+	if int64(len(wasm)) > r.cfg.Limits.ModuleBytes {
+		return nil, moduleErrorf("module is %d bytes, over the limit of %d bytes", len(wasm), r.cfg.Limits.ModuleBytes)
+	}
+	hash := HashBytes(wasm)
+	if m, ok := r.Lookup(hash); ok {
+		r.metrics.cacheHits.Inc()
+		return m, nil
+	}
+	return r.shared(ctx, hash, func(ctx context.Context) (*Module, error) {
+		return r.compile(ctx, hash, wasm)
+	})
+}
+
+// shared runs compile once for all the callers asking for key at the same
+// time, and keeps its module. The compilation runs on a context of its own
+// (with the first caller's values), canceled when the last caller waiting
+// for it goes away.
+func (r *Runtime) shared(ctx context.Context, key string, compile func(context.Context) (*Module, error)) (*Module, error) {
+	r.mu.Lock()
+	f := r.flights[key]
+	if f == nil {
+		fctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+		f = &compileFlight{done: make(chan struct{}), cancel: cancel}
+		r.flights[key] = f
+		go r.fly(fctx, key, compile, f)
+	} else {
+		r.metrics.cacheHits.Inc()
+	}
+	f.waiters++
+	r.mu.Unlock()
+	select {
+	case <-f.done:
+		return f.mod, f.err
+	case <-ctx.Done():
+		r.mu.Lock()
+		f.waiters--
+		if f.waiters == 0 {
+			f.cancel()
+			if r.flights[key] == f {
+				delete(r.flights, key)
+			}
+		}
+		r.mu.Unlock()
+		return nil, ctx.Err()
+	}
+}
+
+func (r *Runtime) fly(ctx context.Context, key string, compile func(context.Context) (*Module, error), f *compileFlight) {
+	defer f.cancel()
+	m, err := compile(ctx)
+	if err == nil {
+		r.keep(m)
+	}
+	f.mod, f.err = m, err
+	r.mu.Lock()
+	if r.flights[key] == f {
+		delete(r.flights, key)
+	}
+	r.mu.Unlock()
+	close(f.done)
+}
+
+func (r *Runtime) compile(ctx context.Context, hash string, wasm []byte) (*Module, error) {
+	if m, ok := r.Lookup(hash); ok { // kept by a compilation that just ended
+		return m, nil
+	}
+	r.metrics.cacheMisses.Inc()
+	start := time.Now()
+	imports, prepared, info, err := prepareModule(wasm, &r.budget, r.stackSlots)
+	if err != nil {
+		var me *ModuleError
+		if errors.As(err, &me) {
+			return nil, err
+		}
+		return nil, moduleErrorf("invalid module: %v", err)
+	}
+	if err := r.checkImportNames(imports); err != nil {
+		return nil, err
+	}
+	usage, err := r.compileInChild(ctx, prepared)
+	if err != nil {
+		return nil, err
+	}
+	cm, err := r.load(prepared)
+	if err != nil {
+		return nil, err
+	}
+	m, err := r.checkShape(cm, info)
+	if err != nil {
+		_ = cm.Close(context.Background())
+		return nil, err
+	}
+	m.hash = hash
+	m.size = len(wasm)
+	d := time.Since(start)
+	r.metrics.compileDuration.Observe(d.Seconds())
+	r.log.Info("bot module compiled", "hash", hash, "bytes", len(wasm), "shape", m.shape.String(), "duration", d,
+		"compiler_cpu", usage.cpu, "compiler_max_rss", usage.maxRSS)
+	return m, nil
+}
+
+// load has wazero decode and validate the prepared module, whose machine
+// code the child has put in the on-disk cache. The context is canceled and
+// asks for two compilation workers: on a cache miss wazero's compiler stops
+// before compiling anything.
+func (r *Runtime) load(prepared []byte) (wazero.CompiledModule, error) {
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	cm, err := r.wz.CompileModule(experimental.WithCompilationWorkers(ctx, 2), prepared)
+	if err != nil {
+		if errors.Is(err, context.Canceled) {
+			return nil, errors.New("runtime: the compiled module is missing from the compilation cache (was the cache directory removed?)")
+		}
+		return nil, moduleErrorf("invalid module: %v", firstLine(err.Error()))
+	}
+	return cm, nil
+}
+
+// slot waits for a compile slot, or refuses when too many already wait.
+func (r *Runtime) slot(ctx context.Context) (release func(), err error) {
+	select {
+	case r.compileSlots <- struct{}{}:
+		return func() { <-r.compileSlots }, nil
+	default:
+	}
+	if r.compileWaiting.Add(1) > max(r.cfg.Limits.CompileQueue, 0) {
+		r.compileWaiting.Add(-1)
+		r.metrics.compileRefused.Inc()
+		return nil, &BusyError{Reason: "Too many bot modules are being compiled; try again shortly", RetryAfter: 5 * time.Second}
+	}
+	defer r.compileWaiting.Add(-1)
+	select {
+	case r.compileSlots <- struct{}{}:
+		return func() { <-r.compileSlots }, nil
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+
+// childUsage is what a compiler child spent.
+type childUsage struct {
+	cpu    time.Duration
+	maxRSS int64 // bytes
+}
+
+// compileInChild runs the compiler child on prepared, in a compile slot.
+func (r *Runtime) compileInChild(ctx context.Context, prepared []byte) (childUsage, error) {
+	u, err := r.runChild(ctx, prepared)
+	r.lastChild.Store(&u)
+	return u, err
+}
+
+func (r *Runtime) runChild(ctx context.Context, prepared []byte) (usage childUsage, err error) {
+	if !compilerChildEnabled.Load() {
+		return usage, errors.New("runtime: this program does not run the compiler child: call runtime.RunCompilerChild first in main (and in TestMain)")
+	}
+	release, err := r.slot(ctx)
+	if err != nil {
+		return usage, err
+	}
+	defer release()
+	lim := r.cfg.Limits
+	wall := time.Duration(lim.CompileCPUSeconds)*2*time.Second + 10*time.Second
+	ctx, cancel := context.WithTimeout(ctx, wall)
+	defer cancel()
+	exe, err := os.Executable()
+	if goruntime.GOOS == "linux" {
+		exe, err = "/proc/self/exe", nil // this very binary, even if the file was replaced
+	}
+	if err != nil {
+		return usage, fmt.Errorf("runtime: compiler child: %w", err)
+	}
+	cmd := exec.CommandContext(ctx, exe, childArg)
+	cmd.Args[0] = os.Args[0]
+	// Only what the child needs: the server's environment holds secrets.
+	cmd.Env = []string{
+		childEnv + "=1",
+		childCacheEnv + "=" + r.cacheDir,
+		childMemEnv + "=" + strconv.FormatInt(lim.CompileMemoryBytes, 10),
+		childCPUEnv + "=" + strconv.FormatInt(lim.CompileCPUSeconds, 10),
+		"GOMAXPROCS=1",
+	}
+	cmd.Stdin = bytes.NewReader(prepared)
+	var stdout, stderr cappedBuffer
+	stdout.max, stderr.max = 4<<10, 16<<10
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	cmd.WaitDelay = time.Second
+	start := time.Now()
+	err = cmd.Run()
+	r.metrics.childCompiles.Inc()
+	if ps := cmd.ProcessState; ps != nil {
+		usage.cpu = ps.UserTime() + ps.SystemTime()
+		usage.maxRSS = maxRSS(ps)
+	}
+	if err == nil {
+		return usage, nil
+	}
+	if ctx.Err() != nil {
+		if errors.Is(ctx.Err(), context.DeadlineExceeded) && time.Since(start) >= wall {
+			return usage, moduleErrorf("module is too expensive to compile: not done after %s", wall)
+		}
+		return usage, ctx.Err()
+	}
+	var exit *exec.ExitError
+	if !errors.As(err, &exit) {
+		return usage, fmt.Errorf("runtime: compiler child: %w", err)
+	}
+	msg := stderr.String()
+	switch {
+	case exit.ExitCode() == childInvalid:
+		return usage, moduleErrorf("invalid module: %s", firstLine(stdout.String()))
+	case usage.cpu >= time.Duration(lim.CompileCPUSeconds)*time.Second-100*time.Millisecond:
+		r.log.Warn("bot module compilation stopped at the CPU time ceiling", "cpu", usage.cpu)
+		return usage, moduleErrorf("module is too expensive to compile: over the compile CPU time limit of %d s", lim.CompileCPUSeconds)
+	case strings.Contains(msg, "out of memory") || strings.Contains(msg, "cannot allocate memory"):
+		r.log.Warn("bot module compilation stopped at the memory ceiling", "cpu", usage.cpu, "max_rss", usage.maxRSS)
+		return usage, moduleErrorf("module is too expensive to compile: over the compile memory limit of %d bytes", lim.CompileMemoryBytes)
+	default:
+		// The compiler crashed on this module: the module's fault as far as
+		// the caller can tell, and worth a look.
+		r.log.Error("bot module compilation failed", "exit", exit.ProcessState.String(), "cpu", usage.cpu, "stderr", firstLine(msg))
+		return usage, moduleErrorf("module could not be compiled (%s)", exit.ProcessState.String())
+	}
+}
+
+func firstLine(s string) string {
+	s = strings.TrimSpace(s)
+	if i := strings.IndexByte(s, '\n'); i >= 0 {
+		s = s[:i]
+	}
+	return s
+}
+
+// cappedBuffer keeps the first max bytes written to it.
+type cappedBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+	max int
+}
+
+func (b *cappedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if room := b.max - b.buf.Len(); room > 0 {
+		b.buf.Write(p[:min(len(p), room)])
+	}
+	return len(p), nil
+}
+
+func (b *cappedBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+// compilerChild is the child process: it limits itself, reads the prepared
+// module from stdin, compiles it into the cache directory and exits 0, or
+// childInvalid with wazero's message on stdout.
+func compilerChild() int {
+	memory, _ := strconv.ParseInt(os.Getenv(childMemEnv), 10, 64)
+	cpu, _ := strconv.ParseInt(os.Getenv(childCPUEnv), 10, 64)
+	dir := os.Getenv(childCacheEnv)
+	if memory <= 0 || cpu <= 0 || dir == "" {
+		fmt.Fprintln(os.Stderr, "compiler child: missing limits or cache directory")
+		return 2
+	}
+	// Compiling is background work: the server's request threads come
+	// first on a busy machine.
+	lowerPriority()
+	if err := limitSelf(memory, cpu); err != nil {
+		fmt.Fprintln(os.Stderr, "compiler child: rlimits:", err)
+		return 2
+	}
+	// The collector works harder before the address space runs out.
+	debug.SetMemoryLimit(memory / 2)
+	wasm, err := io.ReadAll(io.LimitReader(os.Stdin, childMaxInput))
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "compiler child: reading the module:", err)
+		return 2
+	}
+	ctx := context.Background()
+	cache, err := wazero.NewCompilationCacheWithDir(dir)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "compiler child: cache:", err)
+		return 2
+	}
+	wz := wazero.NewRuntimeWithConfig(ctx, engineConfig(cache))
+	if _, err := wz.CompileModule(ctx, wasm); err != nil {
+		fmt.Fprintln(os.Stdout, err.Error())
+		return childInvalid
+	}
+	_ = wz.Close(ctx)
+	_ = cache.Close(ctx)
+	return 0
+}

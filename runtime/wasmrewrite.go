@@ -1,0 +1,657 @@
+package runtime
+
+import (
+	"cmp"
+	"fmt"
+	"slices"
+)
+
+// This file rewrites a module that passed the pre-parse (wasmparse.go) into
+// what wazero compiles. The stored module is never changed.
+//
+//   - Instrumentation, so that no code shape outlives its deadline or holds
+//     off the Go garbage collector. wazero's compiled code checks for a
+//     closed module only at loop headers, and compiled WebAssembly is not
+//     preemptible by the Go scheduler: a loop-free call tree ran 13 s past a
+//     1 s deadline, and a garbage collection's stop-the-world waited for it,
+//     freezing the whole process. So every function gets a fuel counter (a
+//     mutable global the module cannot name): each function entry and each
+//     loop header subtracts the number of instructions of its region (the
+//     instructions directly in the function or loop body, not in a nested
+//     loop: each runs at most once per entry of its region, so the charges
+//     bound the instructions executed), and bulk memory and table
+//     instructions subtract their length / 64. When the counter goes below
+//     zero it is refilled and the code calls a host function, sandbot's
+//     yield: there the goroutine is back in Go, where the garbage collector
+//     and the scheduler can stop it, and the execution's deadline is checked
+//     (a yield after the deadline stops the execution). Between two yields
+//     runs at most yieldFuel instructions' worth of code.
+//   - Call depth: every function that calls adds its estimated native frame
+//     (frameSlots) to a second counter on entry and takes it off on exit;
+//     past the stack limit the yield function stops the execution with a
+//     clear message, long before wazero's own stack ceiling (about 50-100
+//     MB per execution, outside the memory limit). `return` becomes a branch
+//     to a block wrapping the body, so that every exit passes the
+//     decrement.
+//   - Tables without a maximum get max = min (docs/decisions.md 14).
+//   - Active data segments that are disjoint are merged (see mergeData).
+//   - Custom sections (names, debug information) are dropped: nothing reads
+//     them and wazero would parse them.
+//
+// The rewrite appends a type, an import, two globals and a local, and shifts
+// the module's defined functions by one; the pre-parse has checked that no
+// index in the module's own code reaches past what the module defines, so
+// none comes to name what the rewrite adds.
+
+const (
+	// yieldModule and yieldName are the host function the instrumented
+	// code calls; a bot cannot import it (checkImportNames).
+	yieldModule = "sandbot_internal"
+	yieldName   = "yield"
+	// yieldFuel is the fuel between two yields: about 2^20 WebAssembly
+	// instructions, a few hundred microseconds of ordinary code.
+	yieldFuel = 1 << 20
+	// bulkFuelShift: a bulk instruction of n bytes costs n>>bulkFuelShift.
+	bulkFuelShift = 6
+
+	yieldPeriodic      = 0 // the fuel ran out
+	yieldStackExceeded = 1 // the call depth passed the stack limit
+)
+
+// instrumentation is what the emitter needs to know about the rewritten
+// module.
+type instrumentation struct {
+	importedFuncs uint32 // the module's own imported functions
+	yieldFunc     uint32 // index of the yield import
+	fuelGlobal    uint32
+	depthGlobal   uint32
+	stackSlots    uint32 // the call depth limit, in 8-byte slots
+	// wrapTypes maps a function type to the block type (as the s33 it is
+	// encoded as) of the block that wraps its body: empty, a value type, or
+	// for several results a type index appended to the type section.
+	wrapTypes map[uint32]int64
+}
+
+// emitter writes one function's instrumented instructions as the scanner
+// decodes them a second time.
+type emitter struct {
+	ins     *instrumentation
+	fb      *funcBody
+	code    []byte
+	out     []byte
+	copied  int    // bytes of code already copied or replaced
+	wrap    bool   // the body is wrapped in a block for the depth decrement
+	scratch uint32 // the appended i32 local of bulk instructions
+}
+
+func (e *emitter) begin(fb *funcBody, code []byte) {
+	e.fb, e.code, e.copied = fb, code, 0
+	e.wrap = fb.calls
+	e.charge(fb.weight)
+	if e.wrap {
+		e.depthEnter()
+		e.out = append(e.out, 0x02) // block
+		e.out = append(e.out, e.blockType()...)
+	}
+}
+
+func (e *emitter) blockType() []byte {
+	return appendS64(nil, e.ins.wrapTypes[e.fb.typeIdx]) // set by rewrite for every wrapped function's type
+}
+
+// copyTo copies the original code up to off.
+func (e *emitter) copyTo(off int) {
+	e.out = append(e.out, e.code[e.copied:off]...)
+	e.copied = off
+}
+
+// charge subtracts w from the fuel and yields when it runs out.
+func (e *emitter) charge(w uint32) {
+	w = min(w, yieldFuel)
+	g := e.ins.fuelGlobal
+	o := e.out
+	o = append(o, 0x23)
+	o = appendU32(o, g)
+	o = append(o, 0x41)
+	o = appendS32(o, int32(w))
+	o = append(o, 0x6b, 0x24) // i32.sub, global.set
+	o = appendU32(o, g)
+	e.out = o
+	e.refuelIfEmpty()
+}
+
+// refuelIfEmpty: if fuel < 0 { fuel = yieldFuel; yield(periodic) }.
+func (e *emitter) refuelIfEmpty() {
+	g := e.ins.fuelGlobal
+	o := e.out
+	o = append(o, 0x23)
+	o = appendU32(o, g)
+	o = append(o, 0x41, 0x00, 0x48, 0x04, 0x40) // i32.const 0, i32.lt_s, if
+	o = append(o, 0x41)
+	o = appendS32(o, yieldFuel)
+	o = append(o, 0x24)
+	o = appendU32(o, g)
+	o = append(o, 0x41, yieldPeriodic, 0x10)
+	o = appendU32(o, e.ins.yieldFunc)
+	o = append(o, 0x0b)
+	e.out = o
+}
+
+func (e *emitter) depthEnter() {
+	g := e.ins.depthGlobal
+	o := e.out
+	o = append(o, 0x23)
+	o = appendU32(o, g)
+	o = append(o, 0x41)
+	o = appendS32(o, int32(e.fb.frameSlots))
+	o = append(o, 0x6a, 0x24) // i32.add, global.set
+	o = appendU32(o, g)
+	o = append(o, 0x23)
+	o = appendU32(o, g)
+	o = append(o, 0x41)
+	o = appendS32(o, int32(e.ins.stackSlots))
+	o = append(o, 0x4b, 0x04, 0x40) // i32.gt_u, if
+	o = append(o, 0x41, yieldStackExceeded, 0x10)
+	o = appendU32(o, e.ins.yieldFunc)
+	o = append(o, 0x0b)
+	e.out = o
+}
+
+func (e *emitter) depthExit() {
+	g := e.ins.depthGlobal
+	o := e.out
+	o = append(o, 0x23)
+	o = appendU32(o, g)
+	o = append(o, 0x41)
+	o = appendS32(o, int32(e.fb.frameSlots))
+	o = append(o, 0x6b, 0x24) // i32.sub, global.set
+	o = appendU32(o, g)
+	e.out = o
+}
+
+// loopHeader is called with the offset just past a loop's block type.
+func (e *emitter) loopHeader(off int, region int) {
+	e.copyTo(off)
+	e.charge(e.fb.loopWeights[region-1])
+}
+
+// ret replaces a return at off, at nesting depth depth, by a branch to the
+// wrapping block.
+func (e *emitter) ret(off int, depth int) {
+	if !e.wrap {
+		return
+	}
+	e.copyTo(off)
+	e.out = append(e.out, 0x0c)
+	e.out = appendU32(e.out, uint32(depth))
+	e.copied = off + 1
+}
+
+// funcIndex rewrites the function index encoded at [off, end).
+func (e *emitter) funcIndex(off, end int, f uint32) {
+	e.copyTo(off)
+	if f >= e.ins.importedFuncs {
+		f++
+	}
+	e.out = appendU32(e.out, f)
+	e.copied = end
+}
+
+// bulk charges a bulk instruction at off by its length, which is on top of
+// the operand stack.
+func (e *emitter) bulk(off int) {
+	e.copyTo(off)
+	g := e.ins.fuelGlobal
+	o := e.out
+	o = append(o, 0x22) // local.tee $scratch
+	o = appendU32(o, e.scratch)
+	o = append(o, 0x23)
+	o = appendU32(o, g)
+	o = append(o, 0x20) // local.get $scratch
+	o = appendU32(o, e.scratch)
+	o = append(o, 0x41, bulkFuelShift, 0x76, 0x6b, 0x24) // i32.const, i32.shr_u, i32.sub, global.set
+	o = appendU32(o, g)
+	e.out = o
+	e.refuelIfEmpty()
+}
+
+// finalEnd is called with the offset of the body's final end.
+func (e *emitter) finalEnd(off int) {
+	e.copyTo(off)
+	if e.wrap {
+		e.out = append(e.out, 0x0b)
+		e.depthExit()
+	}
+	e.out = append(e.out, 0x0b)
+	e.copied = len(e.code)
+}
+
+// isBulk reports whether the 0xfc instruction b takes a length operand.
+func isBulk(b []byte) bool {
+	r := &reader{b: b, off: 1}
+	sub, err := r.u32()
+	if err != nil {
+		return false
+	}
+	switch sub {
+	case 8, 10, 11, 12, 14, 17: // memory.init, memory.copy, memory.fill, table.init, table.copy, table.fill
+		return true
+	}
+	return false
+}
+
+// prepareModule checks wasm against the budget and returns its imports, the
+// module to compile, and what the pre-parse learned. stackSlots is the call
+// depth limit in 8-byte slots. A budget violation is a *ModuleError; a
+// malformed module is any other error.
+func prepareModule(wasm []byte, b *moduleBudget, stackSlots uint32) ([]wasmImport, []byte, *moduleInfo, error) {
+	m, err := parseModule(wasm, b)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	out, err := m.rewrite(b, stackSlots)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	return m.imports, out, m, nil
+}
+
+func (m *moduleInfo) rewrite(b *moduleBudget, stackSlots uint32) ([]byte, error) {
+	ins := &instrumentation{
+		importedFuncs: m.importedFuncs,
+		yieldFunc:     m.importedFuncs,
+		fuelGlobal:    m.globals,
+		depthGlobal:   m.globals + 1,
+		stackSlots:    stackSlots,
+		wrapTypes:     map[uint32]int64{},
+	}
+	// Types: the module's, then the yield function's, then the block types
+	// of wrapped bodies with several results.
+	types := slices.Clone(m.types)
+	yieldType := uint32(len(types))
+	types = append(types, funcType{params: []byte{0x7f}})
+	for i := range m.bodies {
+		fb := &m.bodies[i]
+		if !fb.calls {
+			continue
+		}
+		if _, ok := ins.wrapTypes[fb.typeIdx]; ok {
+			continue
+		}
+		res := m.types[fb.typeIdx].results
+		switch len(res) {
+		case 0:
+			ins.wrapTypes[fb.typeIdx] = -64 // the byte 0x40
+		case 1:
+			ins.wrapTypes[fb.typeIdx] = int64(res[0]) - 0x80 // the value type's byte
+		default:
+			ins.wrapTypes[fb.typeIdx] = int64(len(types))
+			types = append(types, funcType{results: res})
+		}
+	}
+	out := make([]byte, 0, m.size+m.size/4+1024)
+	out = append(out, "\x00asm\x01\x00\x00\x00"...)
+
+	var typeSec []byte
+	typeSec = appendU32(typeSec, uint32(len(types)))
+	for _, t := range types {
+		typeSec = append(typeSec, 0x60)
+		typeSec = appendU32(typeSec, uint32(len(t.params)))
+		typeSec = append(typeSec, t.params...)
+		typeSec = appendU32(typeSec, uint32(len(t.results)))
+		typeSec = append(typeSec, t.results...)
+	}
+	out = appendSection(out, secType, typeSec)
+
+	var imports []byte
+	imports = appendU32(imports, uint32(len(m.imports))+1)
+	if body := m.section(secImport); body != nil {
+		r := &reader{b: body}
+		_, _ = r.u32()
+		imports = append(imports, body[r.off:]...)
+	}
+	imports = appendName(imports, yieldModule)
+	imports = appendName(imports, yieldName)
+	imports = append(imports, 0x00)
+	imports = appendU32(imports, yieldType)
+	out = appendSection(out, secImport, imports)
+
+	shift := m.shiftFunc
+	for _, s := range m.sections {
+		switch s.id {
+		case secCustom, secType, secImport:
+		case secTable:
+			nb, err := capTables(s.body)
+			if err != nil {
+				return nil, fmt.Errorf("table section: %w", err)
+			}
+			out = appendSection(out, secTable, nb)
+		case secGlobal:
+			// Written after the memory section, with the two globals
+			// appended (see below).
+		case secExport:
+			out = m.appendGlobals(out)
+			out = appendSection(out, secExport, rewriteExports(s.body, shift))
+		case secStart:
+			r := &reader{b: s.body}
+			f, _ := r.u32()
+			out = m.appendGlobals(out)
+			out = appendSection(out, secStart, appendU32(nil, shift(f)))
+		case secElement:
+			out = m.appendGlobals(out)
+			nb, err := rewriteElements(s.body, shift)
+			if err != nil {
+				return nil, fmt.Errorf("element section: %w", err)
+			}
+			out = appendSection(out, secElement, nb)
+		case secCode:
+			out = m.appendGlobals(out)
+			code, err := m.rewriteCode(b, ins)
+			if err != nil {
+				return nil, err
+			}
+			out = appendSection(out, secCode, code)
+		case secData:
+			out = m.appendGlobals(out)
+			if nb, ok := mergeData(s.body); ok && !m.dataCount {
+				out = appendSection(out, secData, nb)
+			} else {
+				out = appendSection(out, secData, s.body)
+			}
+		case secDataCount:
+			out = m.appendGlobals(out)
+			out = appendSection(out, s.id, s.body)
+		default: // function, memory
+			out = appendSection(out, s.id, s.body)
+		}
+	}
+	out = m.appendGlobals(out)
+	return out, nil
+}
+
+// appendGlobals writes the global section, the module's globals and the
+// instrumentation's two, once, at its place in the section order (before
+// the first section that follows it).
+func (m *moduleInfo) appendGlobals(out []byte) []byte {
+	if m.globalsWritten {
+		return out
+	}
+	m.globalsWritten = true
+	var body []byte
+	body = appendU32(body, m.globals+2)
+	if g := m.section(secGlobal); g != nil {
+		r := &reader{b: g}
+		_, _ = r.u32()
+		body = append(body, rewriteConstExprs(g[r.off:], m.globals, m.shiftFunc)...)
+	}
+	body = append(body, 0x7f, 0x01, 0x41) // i32, mutable: the fuel
+	body = appendS32(body, yieldFuel)
+	body = append(body, 0x0b)
+	body = append(body, 0x7f, 0x01, 0x41, 0x00, 0x0b) // i32, mutable: the call depth
+	return appendSection(out, secGlobal, body)
+}
+
+func (m *moduleInfo) shiftFunc(f uint32) uint32 {
+	if f >= m.importedFuncs {
+		return f + 1
+	}
+	return f
+}
+
+func (m *moduleInfo) section(id byte) []byte {
+	for _, s := range m.sections {
+		if s.id == id {
+			return s.body
+		}
+	}
+	return nil
+}
+
+func appendName(b []byte, s string) []byte {
+	b = appendU32(b, uint32(len(s)))
+	return append(b, s...)
+}
+
+// rewriteConstExprs copies n globals (type, mutability, initializer) with
+// the function indices of ref.func shifted.
+func rewriteConstExprs(body []byte, n uint32, shift func(uint32) uint32) []byte {
+	r := &reader{b: body}
+	var out []byte
+	for i := uint32(0); i < n; i++ {
+		out = append(out, body[r.off:r.off+2]...)
+		r.off += 2
+		out = copyConstExpr(r, out, shift)
+	}
+	return out
+}
+
+// copyConstExpr copies a constant expression the pre-parse accepted,
+// shifting ref.func indices.
+func copyConstExpr(r *reader, out []byte, shift func(uint32) uint32) []byte {
+	for {
+		start := r.off
+		op, _ := r.byte()
+		switch op {
+		case 0x0b:
+			return append(out, op)
+		case 0xd2:
+			f, _ := r.u32()
+			out = append(out, op)
+			out = appendU32(out, shift(f))
+			continue
+		case 0x41:
+			_, _ = r.sleb(32)
+		case 0x42:
+			_, _ = r.sleb(64)
+		case 0x43:
+			_ = r.skip(4)
+		case 0x44:
+			_ = r.skip(8)
+		case 0xd0:
+			_ = r.skip(1)
+		case 0x23:
+			_, _ = r.u32()
+		case 0xfd:
+			_ = r.skip(17)
+		}
+		out = append(out, r.b[start:r.off]...)
+	}
+}
+
+func rewriteExports(body []byte, shift func(uint32) uint32) []byte {
+	r := &reader{b: body}
+	n, _ := r.u32()
+	out := appendU32(nil, n)
+	for i := uint32(0); i < n; i++ {
+		start := r.off
+		_, _ = r.name()
+		kind, _ := r.byte()
+		out = append(out, body[start:r.off]...)
+		idx, _ := r.u32()
+		if kind == 0 {
+			idx = shift(idx)
+		}
+		out = appendU32(out, idx)
+	}
+	return out
+}
+
+func rewriteElements(body []byte, shift func(uint32) uint32) ([]byte, error) {
+	r := &reader{b: body}
+	n, _ := r.u32()
+	out := appendU32(nil, n)
+	for i := uint32(0); i < n; i++ {
+		flag, _ := r.u32()
+		out = appendU32(out, flag)
+		if flag&3 == 2 {
+			t, _ := r.u32()
+			out = appendU32(out, t)
+		}
+		if flag&1 == 0 {
+			out = copyConstExpr(r, out, shift)
+		}
+		exprs := flag&4 != 0
+		if flag&3 != 0 {
+			t, _ := r.byte()
+			out = append(out, t)
+		}
+		c, _ := r.u32()
+		out = appendU32(out, c)
+		for k := uint32(0); k < c; k++ {
+			if exprs {
+				out = copyConstExpr(r, out, shift)
+				continue
+			}
+			f, _ := r.u32()
+			out = appendU32(out, shift(f))
+		}
+	}
+	if !r.done() {
+		return nil, fmt.Errorf("trailing bytes")
+	}
+	return out, nil
+}
+
+// rewriteCode instruments every function body.
+func (m *moduleInfo) rewriteCode(b *moduleBudget, ins *instrumentation) ([]byte, error) {
+	out := appendU32(nil, uint32(len(m.bodies)))
+	sc := &scanner{m: m, b: b}
+	em := &emitter{ins: ins}
+	var total uint64
+	for i := range m.bodies {
+		fb := &m.bodies[i]
+		em.out = em.out[:0]
+		// Locals: the module's, and a scratch i32 for bulk lengths.
+		ft := &m.types[fb.typeIdx]
+		r := &reader{b: fb.locals}
+		groups, _ := r.u32()
+		if fb.bulk {
+			em.out = appendU32(em.out, groups+1)
+			em.out = append(em.out, fb.locals[r.off:]...)
+			em.out = append(em.out, 0x01, 0x7f)
+			em.scratch = uint32(len(ft.params)) + fb.numLocals
+		} else {
+			em.out = append(em.out, fb.locals...)
+		}
+		if err := sc.scan(fb, fb.raw, uint64(i)+uint64(m.importedFuncs), &total, em); err != nil {
+			return nil, err
+		}
+		out = appendU32(out, uint32(len(em.out)))
+		out = append(out, em.out...)
+	}
+	return out, nil
+}
+
+func capTables(body []byte) ([]byte, error) {
+	r := &reader{b: body}
+	n, err := r.u32()
+	if err != nil {
+		return nil, err
+	}
+	out := appendU32(make([]byte, 0, len(body)+int(n)*5), n)
+	for i := uint32(0); i < n; i++ {
+		ref, err := r.byte()
+		if err != nil {
+			return nil, err
+		}
+		min, max, hasMax, err := readLimits(r)
+		if err != nil {
+			return nil, err
+		}
+		if !hasMax {
+			max = min
+		}
+		out = append(out, ref, 1)
+		out = appendU32(out, min)
+		out = appendU32(out, max)
+	}
+	if r.off != len(body) {
+		return nil, fmt.Errorf("trailing bytes")
+	}
+	return out, nil
+}
+
+// maxDataGap is the longest run of zero bytes mergeData fills to join two
+// data segments.
+const maxDataGap = 256
+
+type dataSegment struct {
+	offset uint64
+	data   []byte
+}
+
+// mergeData rewrites a data section whose segments are all active, for
+// memory 0, at constant offsets, and pairwise disjoint. Go's linker emits
+// tens of thousands of small data segments (it skips runs of zeros), and
+// wazero evaluates and copies each one at every instantiation. Disjoint
+// writes commute, so the segments may be sorted by offset; then each is
+// joined to the previous one when the gap between them is at most
+// maxDataGap bytes, filled with zeros (no segment writes there, and memory
+// starts zeroed). It reports false when the section is left alone.
+func mergeData(body []byte) ([]byte, bool) {
+	r := &reader{b: body}
+	n, err := r.u32()
+	if err != nil || n < 2 {
+		return nil, false
+	}
+	segs := make([]dataSegment, 0, n)
+	for i := uint32(0); i < n; i++ {
+		flag, err := r.u32()
+		if err != nil || flag != 0 {
+			return nil, false
+		}
+		if op, err := r.byte(); err != nil || op != 0x41 { // i32.const
+			return nil, false
+		}
+		off, err := r.s32()
+		if err != nil {
+			return nil, false
+		}
+		if end, err := r.byte(); err != nil || end != 0x0b {
+			return nil, false
+		}
+		size, err := r.u32()
+		if err != nil {
+			return nil, false
+		}
+		data, err := r.bytes(size)
+		if err != nil {
+			return nil, false
+		}
+		segs = append(segs, dataSegment{offset: uint64(uint32(off)), data: data})
+	}
+	if r.off != len(body) {
+		return nil, false
+	}
+	slices.SortStableFunc(segs, func(a, b dataSegment) int { return cmp.Compare(a.offset, b.offset) })
+	for i := 1; i < len(segs); i++ {
+		if segs[i-1].offset+uint64(len(segs[i-1].data)) > segs[i].offset {
+			return nil, false // overlapping segments: order matters
+		}
+	}
+	var merged []dataSegment
+	for _, seg := range segs {
+		if k := len(merged) - 1; k >= 0 {
+			cur := &merged[k]
+			curEnd := cur.offset + uint64(len(cur.data))
+			if seg.offset-curEnd <= maxDataGap {
+				cur.data = append(cur.data, make([]byte, seg.offset-curEnd)...)
+				cur.data = append(cur.data, seg.data...)
+				continue
+			}
+		}
+		merged = append(merged, dataSegment{offset: seg.offset, data: append([]byte(nil), seg.data...)})
+	}
+	if len(merged) == int(n) {
+		return nil, false
+	}
+	out := appendU32(make([]byte, 0, len(body)), uint32(len(merged)))
+	for _, seg := range merged {
+		out = append(out, 0x00, 0x41)
+		out = appendS32(out, int32(uint32(seg.offset)))
+		out = append(out, 0x0b)
+		out = appendU32(out, uint32(len(seg.data)))
+		out = append(out, seg.data...)
+	}
+	return out, true
+}
