@@ -51,7 +51,8 @@ test-replicas:
 	deploy/local/run.sh test
 
 # HL7 for FUZZTIME (60 s by default), its acknowledgements, the FHIR search,
-# _filter, FHIRPath and resource decoders, the bot input mapping and envelope parser, and the SDK's
+# _filter, FHIRPath and resource decoders, the bot input mapping, envelope
+# parser and module pre-parse and rewrite, client IPs, and the SDK's
 # event decoder and envelope encoder for a shorter while on every run.
 # scripts/fuzz.sh runs a target again, once, when Go's coordinator stops it
 # at the time limit without a finding (go.dev/issue/75804, fixed in Go 1.27).
@@ -65,6 +66,7 @@ fuzz:
 	GO=$(GO) scripts/fuzz.sh . ./fhir FuzzMarshalMatchesEncodingJSON 10s
 	GO=$(GO) scripts/fuzz.sh . ./runtime FuzzInput 10s
 	GO=$(GO) scripts/fuzz.sh . ./runtime FuzzParseEnvelope 10s
+	GO=$(GO) scripts/fuzz.sh . ./runtime FuzzPrepareModule 10s
 	GO=$(GO) scripts/fuzz.sh . ./internal/httpx FuzzClientIP 10s
 	GO=$(GO) scripts/fuzz.sh sdk . FuzzParseEvent 10s
 	GO=$(GO) scripts/fuzz.sh sdk . FuzzAppendValue 10s

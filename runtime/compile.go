@@ -320,7 +320,9 @@ func (r *Runtime) runChild(ctx context.Context, prepared []byte) (usage childUsa
 	switch {
 	case exit.ExitCode() == childInvalid:
 		return usage, moduleErrorf("invalid module: %s", firstLine(stdout.String()))
-	case usage.cpu >= time.Duration(lim.CompileCPUSeconds)*time.Second-100*time.Millisecond:
+	case killedBySignal(exit.ProcessState) || usage.cpu >= time.Duration(lim.CompileCPUSeconds)*time.Second-100*time.Millisecond:
+		// The kernel kills the child with SIGKILL at the RLIMIT_CPU hard
+		// limit (the context was not done, so it was not us).
 		r.log.Warn("bot module compilation stopped at the CPU time ceiling", "cpu", usage.cpu)
 		return usage, moduleErrorf("module is too expensive to compile: over the compile CPU time limit of %d s", lim.CompileCPUSeconds)
 	case strings.Contains(msg, "out of memory") || strings.Contains(msg, "cannot allocate memory"):
@@ -383,7 +385,7 @@ func compilerChild() int {
 		return 2
 	}
 	// The collector works harder before the address space runs out.
-	debug.SetMemoryLimit(memory / 2)
+	debug.SetMemoryLimit(memory * 3 / 4)
 	wasm, err := io.ReadAll(io.LimitReader(os.Stdin, childMaxInput))
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "compiler child: reading the module:", err)

@@ -215,3 +215,116 @@ func TestDeepRecursionFailsCleanly(t *testing.T) {
 }
 
 func runtimeGC() { goruntime.GC() }
+
+// expensiveToCompile is within the module budget (119 KB, 50,000 locals,
+// one br_table of 60,000 targets into 200 nested blocks, 5,000 locals
+// moved around in a loop) and costs wazero's compiler about 8 s of CPU and
+// 165 MB.
+func expensiveToCompile() []byte {
+	const depth, targets = 200, 60_000
+	code := []byte{0x03, 0x40} // loop
+	for range depth {
+		code = append(code, 0x02, 0x40)
+	}
+	for i := range 5000 {
+		code = append(code, 0x20)
+		code = append(code, uleb(uint32(i*10))...)
+		code = append(code, 0x21)
+		code = append(code, uleb(uint32(i*10+1))...)
+	}
+	code = append(code, 0x41, 0x00, 0x0e)
+	code = append(code, uleb(targets-1)...)
+	for i := range targets {
+		code = append(code, uleb(uint32(i%(depth+1)))...)
+	}
+	for range depth + 2 {
+		code = append(code, 0x0b)
+	}
+	return testModule{funcs: []testFunc{{typ: 2, locals: localsDecl([2]uint32{50_000, tI64}), code: code}}}.build()
+}
+
+// TestCompileCeiling: a module the budget accepts but whose compilation
+// blows up is stopped at the compile CPU time or memory ceiling (the child
+// process is killed); it is refused, and the runtime goes on.
+func TestCompileCeiling(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		lim  limits.Limits
+		wasm []byte
+		want string
+	}{
+		{"cpu", limits.Limits{CompileCPUSeconds: 1}, expensiveToCompile(), "over the compile CPU time limit of 1 s"},
+		{"memory", limits.Limits{CompileMemoryBytes: 16 << 20}, expensiveToCompile(), "over the compile memory limit of 16777216 bytes"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			r, err := New(context.Background(), Config{Limits: c.lim})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer r.Close(context.Background())
+			start := time.Now()
+			me := compileErr(t, r, c.wasm)
+			u := r.lastChild.Load()
+			t.Logf("refused after %v (child CPU %v, peak RSS %d MiB): %s", time.Since(start), u.cpu, u.maxRSS>>20, me)
+			if !strings.Contains(me.Error(), c.want) {
+				t.Fatal(me)
+			}
+			m := compileFixture(t, r, "echo.wasm")
+			if _, err := r.Execute(context.Background(), m, Execution{Event: event("after")}); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}
+
+// TestCompileCanceledWhenCallersLeave: a compilation nobody waits for any
+// more is stopped (its child killed), not left running.
+func TestCompileCanceledWhenCallersLeave(t *testing.T) {
+	r, err := New(context.Background(), Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close(context.Background())
+	wasm := expensiveToCompile()
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	if _, err := r.Compile(ctx, wasm); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("got %v", err)
+	}
+	// The flight is gone and the child with it: the slot is free again.
+	for len(r.compileSlots) > 0 {
+		if time.Since(start) > 5*time.Second {
+			t.Fatal("the compilation still holds its slot 5 s after its only caller left")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	u := r.lastChild.Load()
+	t.Logf("child stopped %v after the start, after %v of CPU", time.Since(start), u.cpu)
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	if len(r.flights) != 0 {
+		t.Fatalf("%d flights left", len(r.flights))
+	}
+}
+
+// TestCompileQueueFull: beyond the slots and the queue, Compile answers
+// *BusyError at once.
+func TestCompileQueueFull(t *testing.T) {
+	r, err := New(context.Background(), Config{Limits: limits.Limits{CompileConcurrency: 1, CompileQueue: -1}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close(context.Background())
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go r.Compile(ctx, expensiveToCompile())
+	for len(r.compileSlots) == 0 {
+		time.Sleep(5 * time.Millisecond)
+	}
+	_, err = r.Compile(context.Background(), fixture(t, "echo.wasm"))
+	var busy *BusyError
+	if !errors.As(err, &busy) || busy.RetryAfter <= 0 {
+		t.Fatalf("want *BusyError, got %v", err)
+	}
+}

@@ -35,6 +35,13 @@ func maxRSS(ps *os.ProcessState) int64 {
 	return 0
 }
 
+// killedBySignal reports whether a finished process was killed by SIGKILL
+// or SIGXCPU.
+func killedBySignal(ps *os.ProcessState) bool {
+	ws, ok := ps.Sys().(syscall.WaitStatus)
+	return ok && ws.Signaled() && (ws.Signal() == syscall.SIGKILL || ws.Signal() == syscall.SIGXCPU)
+}
+
 // mappedBytes is this process's virtual memory size (VmSize).
 func mappedBytes() (int64, error) {
 	f, err := os.Open("/proc/self/status")
