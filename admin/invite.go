@@ -9,6 +9,7 @@ import (
 	"golang.org/x/crypto/bcrypt"
 
 	"github.com/sandbot/sandbot/fhir"
+	"github.com/sandbot/sandbot/internal/fhirservice"
 	smtpmail "github.com/sandbot/sandbot/internal/mail"
 	"github.com/sandbot/sandbot/store"
 )
@@ -332,10 +333,11 @@ func (s *Service) Invite(ctx context.Context, c Caller, pid string, req *InviteR
 				}
 				out, err = tx.Update(ctx, store.ProjectScope(pid), "ProjectMembership", cur.ID(), store.Write{Author: c.author()},
 					func(m fhir.Resource) (fhir.Resource, error) {
+						next := m.Clone()
 						for k, v := range tmpl {
-							m[k] = v
+							next[k] = v
 						}
-						return m, nil
+						return next, fhirservice.ApplyFieldRules(c.Principal, "ProjectMembership", m, next, false)
 					})
 				return err
 			}

@@ -8,6 +8,7 @@ import (
 	jsonpatch "github.com/evanphx/json-patch/v5"
 
 	"github.com/sandbot/sandbot/fhir"
+	"github.com/sandbot/sandbot/internal/fhirservice"
 	"github.com/sandbot/sandbot/store"
 )
 
@@ -19,6 +20,15 @@ func (s *Service) Member(ctx context.Context, c Caller, pid, mid string) (*store
 	return s.Store.Read(ctx, store.ProjectScope(pid), "ProjectMembership", mid)
 }
 
+// memberUpdate is whether updateMember's fn replaces the membership (a
+// full update) or patches it.
+type memberUpdate bool
+
+const (
+	replaceMember memberUpdate = true
+	patchMember   memberUpdate = false
+)
+
 // UpdateMember replaces a membership (POST …/members/:mid). The body must be
 // that membership (403 otherwise); project and user cannot change (400);
 // missing project/user are kept.
@@ -29,7 +39,7 @@ func (s *Service) UpdateMember(ctx context.Context, c Caller, pid, mid string, b
 	if body.Type() != "ProjectMembership" || body.ID() != mid {
 		return nil, fhir.ErrForbidden
 	}
-	return s.updateMember(ctx, c, pid, mid, func(cur fhir.Resource) (fhir.Resource, error) {
+	return s.updateMember(ctx, c, pid, mid, replaceMember, func(cur fhir.Resource) (fhir.Resource, error) {
 		next := body.Clone()
 		for _, f := range []string{"project", "user"} {
 			if _, ok := next[f]; !ok {
@@ -71,7 +81,7 @@ func (s *Service) PatchMember(ctx context.Context, c Caller, pid, mid string, bo
 			return nil, fhir.Invalid("Patch operation "+o+" on "+path+" is not allowed: only replace, add and remove", "["+itoa(i)+"].op")
 		}
 	}
-	return s.updateMember(ctx, c, pid, mid, func(cur fhir.Resource) (fhir.Resource, error) {
+	return s.updateMember(ctx, c, pid, mid, patchMember, func(cur fhir.Resource) (fhir.Resource, error) {
 		for i, op := range ops {
 			path := op["path"].(string)
 			name := strings.TrimPrefix(path, "/")
@@ -104,14 +114,19 @@ func (s *Service) PatchMember(ctx context.Context, c Caller, pid, mid string, bo
 	})
 }
 
-func (s *Service) updateMember(ctx context.Context, c Caller, pid, mid string, fn store.UpdateFunc) (*store.Record, error) {
+// updateMember writes a membership through fn, under this use-case's rules
+// (validateMember) and the field rules of the FHIR service's table.
+func (s *Service) updateMember(ctx context.Context, c Caller, pid, mid string, how memberUpdate, fn store.UpdateFunc) (*store.Record, error) {
 	var out *store.Record
 	err := s.Store.InTx(ctx, func(tx store.Store) error {
 		var err error
 		out, err = tx.Update(ctx, store.ProjectScope(pid), "ProjectMembership", mid, store.Write{Author: c.author()},
 			func(cur fhir.Resource) (fhir.Resource, error) {
-				next, err := fn(cur)
+				next, err := fn(cur.Clone())
 				if err != nil {
+					return nil, err
+				}
+				if err := fhirservice.ApplyFieldRules(c.Principal, "ProjectMembership", cur, next, bool(how)); err != nil {
 					return nil, err
 				}
 				return next, validateMember(ctx, tx, pid, cur, next)
@@ -226,8 +241,5 @@ func (s *Service) DeleteMember(ctx context.Context, c Caller, pid, mid string) e
 		}
 		return tx.Delete(ctx, store.AllProjects, "User", uid, store.Write{Author: c.author()})
 	})
-	if err != nil {
-		return err
-	}
-	return nil
+	return err
 }

@@ -22,11 +22,8 @@ func (s *Service) CreateProject(ctx context.Context, c Caller, project fhir.Reso
 	if strings.TrimSpace(project.String("name")) == "" {
 		return nil, fhir.Invalid("Project name is required", "name")
 	}
-	delete(project, "id")
-	delete(project, "meta")
-	delete(project, "superAdmin")
-	id := uuid.NewString()
-	return s.Store.Create(ctx, project, store.Write{Project: id, ID: id, Author: c.author()})
+	// What a super admin may set of a Project is the FHIR service's rule.
+	return s.FHIR.Create(ctx, c.Principal, project)
 }
 
 // InitProject is Project/$init: a Project owned by the caller (when it is a
@@ -113,7 +110,14 @@ func (s *Service) InitProject(ctx context.Context, c Caller, name, ownerRef stri
 
 // ProjectDetails is GET /admin/projects/:id.
 func (s *Service) ProjectDetails(ctx context.Context, c Caller, id string) (map[string]any, error) {
-	_, p, err := s.projectFor(ctx, c, id)
+	if _, _, err := s.projectFor(ctx, c, id); err != nil {
+		return nil, err
+	}
+	rec, err := s.FHIR.Read(ctx, c.Principal, "Project", id)
+	if err != nil {
+		return nil, err
+	}
+	p, err := rec.Resource()
 	if err != nil {
 		return nil, err
 	}
@@ -147,7 +151,7 @@ func (s *Service) ReplaceProjectList(ctx context.Context, c Caller, id, field st
 			return nil, fhir.Invalid("Each entry needs a name", field+"["+itoa(i)+"].name")
 		}
 	}
-	rec, err := s.Store.Update(ctx, store.AllProjects, "Project", id, store.Write{Author: c.author()}, func(cur fhir.Resource) (fhir.Resource, error) {
+	return s.FHIR.Modify(ctx, c.Principal, "Project", id, func(cur fhir.Resource) (fhir.Resource, error) {
 		if len(value) == 0 {
 			delete(cur, field)
 		} else {
@@ -155,7 +159,6 @@ func (s *Service) ReplaceProjectList(ctx context.Context, c Caller, id, field st
 		}
 		return cur, nil
 	})
-	return rec, err
 }
 
 // CreateClient creates a ClientApplication with a generated secret and its
@@ -200,8 +203,13 @@ func (s *Service) CreateBot(ctx context.Context, c Caller, pid string, body map[
 func (s *Service) createWithMembership(ctx context.Context, c Caller, pid string, project, res fhir.Resource, policy any) (*store.Record, error) {
 	var out *store.Record
 	err := s.Store.InTx(ctx, func(tx store.Store) error {
+		// The resource is the caller's write, under the FHIR service's
+		// rules; its membership is this use-case's.
 		w := store.Write{Project: pid, Author: c.author()}
-		rec, err := tx.Create(ctx, res, w)
+		// meta.project names the project (a super admin may name any; for
+		// anyone else the service keeps it to their own, which is pid).
+		res["meta"] = map[string]any{"project": pid}
+		rec, err := s.FHIR.WithStore(tx).Create(ctx, c.Principal, res)
 		if err != nil {
 			return err
 		}

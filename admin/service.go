@@ -10,27 +10,17 @@ import (
 	"strings"
 
 	"github.com/sandbot/sandbot/fhir"
+	"github.com/sandbot/sandbot/internal/fhirservice"
 	"github.com/sandbot/sandbot/internal/mail"
+	"github.com/sandbot/sandbot/internal/principal"
 	"github.com/sandbot/sandbot/store"
 )
 
-// Caller is who asks for an administrative action, as the HTTP layer
-// resolved it (kept free of HTTP and token details).
-type Caller struct {
-	ProjectID  string
-	SuperAdmin bool
-	// Admin is set for project admins and super admins.
-	Admin bool
-	// User is the membership's user reference (User/…, ClientApplication/…, Bot/…).
-	User string
-	// Profile is the membership's profile reference.
-	Profile string
-}
+// Caller is who asks for an administrative action: the principal the HTTP
+// layer resolved, with admin's own rules of who may do what.
+type Caller struct{ *principal.Principal }
 
-// IsUser reports whether the caller is a person (a User login).
-func (c Caller) IsUser() bool { return strings.HasPrefix(c.User, "User/") }
-
-func (c Caller) author() fhir.Reference { return fhir.Reference{Reference: c.Profile} }
+func (c Caller) author() fhir.Reference { return c.Author() }
 
 // MayCreateProject is the rule of POST /admin/Project: super admins only
 // (docs/decisions.md 1).
@@ -72,6 +62,9 @@ type Service struct {
 	Log     *slog.Logger
 	// SuperProjectID is the super-admin project, which keeps server-scoped Users.
 	SuperProjectID string
+	// FHIR is the FHIR service: the use-cases read and write resources on
+	// a caller's behalf through it, so that its rules (Rules) apply.
+	FHIR *fhirservice.Service
 	// MailFailed is called when an invitation could not be sent (a metric).
 	MailFailed func()
 	// BeforeMembershipWrite, when set, runs inside the invite transaction

@@ -5,7 +5,8 @@
 // Who may do what is decided by package admin: the use-cases check it, and
 // this layer asks admin's own rules (admin.Caller's May* methods) before it
 // reads a body, so that a caller who may not act never has it read. Answers
-// never show a User's password hash or MFA secret.
+// show what the FHIR service's table lets the caller see (never a User's
+// password hash or MFA secret).
 package adminhttp
 
 import (
@@ -19,7 +20,9 @@ import (
 	"github.com/sandbot/sandbot/admin"
 	"github.com/sandbot/sandbot/fhir"
 	"github.com/sandbot/sandbot/internal/auth"
+	"github.com/sandbot/sandbot/internal/fhirservice"
 	"github.com/sandbot/sandbot/internal/httpx"
+	"github.com/sandbot/sandbot/internal/principal"
 	"github.com/sandbot/sandbot/limits"
 	"github.com/sandbot/sandbot/store"
 )
@@ -74,8 +77,7 @@ func (h *Handler) RegisterFHIR(r *mux.Router) {
 }
 
 func caller(r *http.Request) admin.Caller {
-	p := auth.FromContext(r.Context())
-	return admin.Caller{ProjectID: p.ProjectID, SuperAdmin: p.SuperAdmin, Admin: p.Admin, User: p.User, Profile: p.Profile}
+	return admin.Caller{Principal: principal.FromContext(r.Context())}
 }
 
 func (h *Handler) requireAdmin(next http.Handler) http.Handler {
@@ -98,21 +100,20 @@ func (h *Handler) object(r *http.Request) (map[string]any, error) {
 	return httpx.ReadJSONObject(r, h.maxJSON)
 }
 
-func (h *Handler) writeRecord(w http.ResponseWriter, status int, rec *store.Record) {
+// writeRecord answers with a record as the caller may see it (the FHIR
+// service's table decides what is hidden).
+func (h *Handler) writeRecord(w http.ResponseWriter, r *http.Request, status int, rec *store.Record) {
+	body, err := fhirservice.Present(principal.FromContext(r.Context()), rec)
+	if err != nil {
+		h.fail(w, r, err)
+		return
+	}
 	w.Header().Set("ETag", `W/"`+rec.VersionID+`"`)
 	w.Header().Set("Last-Modified", rec.LastUpdated.UTC().Format(http.TimeFormat))
 	if status == http.StatusCreated {
 		w.Header().Set("Location", h.base+"fhir/R4/"+rec.ResourceType+"/"+rec.ID)
 	}
-	body := rec.JSON
-	if rec.ResourceType == "User" {
-		if res, err := rec.Resource(); err == nil {
-			delete(res, "passwordHash")
-			delete(res, "mfaSecret")
-			body, _ = res.Marshal()
-		}
-	}
-	httpx.WriteJSON(w, status, httpx.FHIRJSON, json.RawMessage(body))
+	httpx.WriteJSON(w, status, httpx.FHIRJSON, body)
 }
 
 func (h *Handler) createProject(w http.ResponseWriter, r *http.Request) {
@@ -135,7 +136,7 @@ func (h *Handler) createProject(w http.ResponseWriter, r *http.Request) {
 		h.fail(w, r, err)
 		return
 	}
-	h.writeRecord(w, http.StatusCreated, rec)
+	h.writeRecord(w, r, http.StatusCreated, rec)
 }
 
 func (h *Handler) initProject(w http.ResponseWriter, r *http.Request) {
@@ -170,7 +171,7 @@ func (h *Handler) initProject(w http.ResponseWriter, r *http.Request) {
 		h.fail(w, r, err)
 		return
 	}
-	h.writeRecord(w, http.StatusCreated, rec)
+	h.writeRecord(w, r, http.StatusCreated, rec)
 }
 
 func (h *Handler) project(w http.ResponseWriter, r *http.Request) {
@@ -200,7 +201,7 @@ func (h *Handler) replaceList(field string) http.HandlerFunc {
 			h.fail(w, r, err)
 			return
 		}
-		h.writeRecord(w, http.StatusOK, rec)
+		h.writeRecord(w, r, http.StatusOK, rec)
 	}
 }
 
@@ -224,7 +225,7 @@ func (h *Handler) createWith(w http.ResponseWriter, r *http.Request, fn func(con
 		h.fail(w, r, err)
 		return
 	}
-	h.writeRecord(w, http.StatusCreated, rec)
+	h.writeRecord(w, r, http.StatusCreated, rec)
 }
 
 func (h *Handler) invite(w http.ResponseWriter, r *http.Request) {
@@ -244,7 +245,7 @@ func (h *Handler) invite(w http.ResponseWriter, r *http.Request) {
 		h.fail(w, r, err)
 		return
 	}
-	h.writeRecord(w, http.StatusOK, rec)
+	h.writeRecord(w, r, http.StatusOK, rec)
 }
 
 func (h *Handler) getMember(w http.ResponseWriter, r *http.Request) {
@@ -254,7 +255,7 @@ func (h *Handler) getMember(w http.ResponseWriter, r *http.Request) {
 		h.fail(w, r, err)
 		return
 	}
-	h.writeRecord(w, http.StatusOK, rec)
+	h.writeRecord(w, r, http.StatusOK, rec)
 }
 
 func (h *Handler) updateMember(w http.ResponseWriter, r *http.Request) {
@@ -279,7 +280,7 @@ func (h *Handler) updateMember(w http.ResponseWriter, r *http.Request) {
 		h.fail(w, r, err)
 		return
 	}
-	h.writeRecord(w, http.StatusOK, rec)
+	h.writeRecord(w, r, http.StatusOK, rec)
 }
 
 func (h *Handler) patchMember(w http.ResponseWriter, r *http.Request) {
@@ -299,7 +300,7 @@ func (h *Handler) patchMember(w http.ResponseWriter, r *http.Request) {
 		h.fail(w, r, err)
 		return
 	}
-	h.writeRecord(w, http.StatusOK, rec)
+	h.writeRecord(w, r, http.StatusOK, rec)
 }
 
 func (h *Handler) deleteMember(w http.ResponseWriter, r *http.Request) {

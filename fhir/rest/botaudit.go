@@ -10,7 +10,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/sandbot/sandbot/fhir"
-	"github.com/sandbot/sandbot/internal/auth"
+	"github.com/sandbot/sandbot/internal/principal"
 	"github.com/sandbot/sandbot/runtime"
 	"github.com/sandbot/sandbot/store"
 )
@@ -165,7 +165,7 @@ func (a *auditWriter) add(e auditEntry) {
 
 // audit records an execution as the reference does (Bot.auditEventTrigger:
 // always (default), never, on-error, on-output).
-func (h *Handler) audit(ctx context.Context, p *auth.Principal, rec *store.Record, bot fhir.Resource, res *runtime.Result, err error) {
+func (h *Handler) audit(ctx context.Context, p *principal.Principal, rec *store.Record, bot fhir.Resource, res *runtime.Result, err error) {
 	var logs strings.Builder
 	if res != nil {
 		for _, l := range res.Logs {

@@ -1,7 +1,6 @@
 package rest
 
 import (
-	"bytes"
 	"context"
 	"encoding/base64"
 	"encoding/json"
@@ -9,7 +8,6 @@ import (
 	"fmt"
 	"math"
 	"net/http"
-	"net/http/httptest"
 	"net/url"
 	"strconv"
 	"strings"
@@ -18,8 +16,9 @@ import (
 	"github.com/gorilla/mux"
 
 	"github.com/sandbot/sandbot/fhir"
-	"github.com/sandbot/sandbot/internal/auth"
+	"github.com/sandbot/sandbot/internal/fhirservice"
 	"github.com/sandbot/sandbot/internal/httpx"
+	"github.com/sandbot/sandbot/internal/principal"
 	"github.com/sandbot/sandbot/runtime"
 	"github.com/sandbot/sandbot/store"
 )
@@ -48,22 +47,19 @@ func (h *Handler) registerBots(r *mux.Router) {
 }
 
 func (h *Handler) deploy(w http.ResponseWriter, r *http.Request) {
-	p := auth.FromContext(r.Context())
+	p := principal.FromContext(r.Context())
 	for _, check := range []struct {
 		typ string
-		a   action
-	}{{"Bot", actionUpdate}, {"Binary", actionCreate}} {
-		if err := authorize(p, check.typ, check.a); err != nil {
+		op  fhirservice.Op
+	}{{"Bot", fhirservice.OpUpdate}, {"Binary", fhirservice.OpCreate}} {
+		if err := fhirservice.Authorize(p, check.typ, check.op); err != nil {
 			h.fail(w, r, err)
 			return
 		}
 	}
 	ctx := r.Context()
 	id := mux.Vars(r)["id"]
-	rec, err := h.store.Read(ctx, p.Scope(), "Bot", id)
-	if err == nil {
-		err = h.checkPolicy(ctx, p, "Bot", id, true)
-	}
+	rec, err := h.svc.LoadForUpdate(ctx, p, "Bot", id)
 	if err != nil {
 		h.fail(w, r, err)
 		return
@@ -108,15 +104,16 @@ func (h *Handler) deploy(w http.ResponseWriter, r *http.Request) {
 
 // storeDeployedCode keeps deployed code as a Binary and points the Bot's
 // executableCode at it, with the hash of the compiled module, in one
-// transaction.
-func (h *Handler) storeDeployedCode(ctx context.Context, p *auth.Principal, rec *store.Record, contentType string, code []byte, filename, hash string) error {
-	return h.store.InTx(ctx, func(tx store.Store) error {
-		bin, err := tx.Create(ctx, fhir.Resource{"resourceType": "Binary", "contentType": contentType,
-			"data": base64.StdEncoding.EncodeToString(code)}, store.Write{Project: rec.Project, Author: p.Author()})
+// transaction. Both are the caller's writes, through the FHIR service's
+// rules like any other of theirs.
+func (h *Handler) storeDeployedCode(ctx context.Context, p *principal.Principal, rec *store.Record, contentType string, code []byte, filename, hash string) error {
+	return h.svc.InTx(ctx, func(tx *fhirservice.Service) error {
+		bin, err := tx.Create(ctx, p, fhir.Resource{"resourceType": "Binary", "contentType": contentType,
+			"data": base64.StdEncoding.EncodeToString(code)})
 		if err != nil {
 			return err
 		}
-		_, err = tx.Update(ctx, p.Scope(), "Bot", rec.ID, store.Write{Author: p.Author()}, func(cur fhir.Resource) (fhir.Resource, error) {
+		_, err = tx.Modify(ctx, p, "Bot", rec.ID, func(cur fhir.Resource) (fhir.Resource, error) {
 			exec := map[string]any{"contentType": contentType, "url": "Binary/" + bin.ID,
 				"extension": []any{map[string]any{"url": moduleHash, "valueString": hash}}}
 			if filename != "" {
@@ -303,18 +300,15 @@ func deployedHash(bot fhir.Resource) string {
 }
 
 func (h *Handler) execute(w http.ResponseWriter, r *http.Request) {
-	p := auth.FromContext(r.Context())
+	p := principal.FromContext(r.Context())
 	ctx := r.Context()
 	// Whoever can read the Bot may execute it.
-	if err := authorize(p, "Bot", actionRead); err != nil {
+	if err := fhirservice.Authorize(p, "Bot", fhirservice.OpRead); err != nil {
 		h.fail(w, r, err)
 		return
 	}
 	query := r.URL.Query()
 	rec, byIdentifier, err := h.findBot(ctx, p, mux.Vars(r)["id"], query.Get("identifier"))
-	if err == nil {
-		err = h.checkPolicy(ctx, p, "Bot", rec.ID, false)
-	}
 	if err != nil {
 		h.fail(w, r, err)
 		return
@@ -385,37 +379,41 @@ func (h *Handler) execute(w http.ResponseWriter, r *http.Request) {
 	h.writeBotResult(w, r, mediaType, &res.Envelope)
 }
 
-// findBot resolves the bot of an $execute: by id, or by identifier within the
-// caller's scope, the caller's own project first.
-func (h *Handler) findBot(ctx context.Context, p *auth.Principal, id, identifier string) (*store.Record, bool, error) {
+// findBot resolves the bot of an $execute, as the caller may read it: by id,
+// or by identifier among the bots the caller can read, its own project's
+// first (docs/decisions.md 10).
+func (h *Handler) findBot(ctx context.Context, p *principal.Principal, id, identifier string) (*store.Record, bool, error) {
 	if id != "" {
-		rec, err := h.store.Read(ctx, p.Scope(), "Bot", id)
+		rec, err := h.svc.Load(ctx, p, "Bot", id)
 		return rec, false, err
 	}
 	if identifier == "" {
 		return nil, false, fhir.Invalid("Must specify bot ID or identifier.")
 	}
-	req, err := fhir.ParseSearch("Bot", "identifier="+url.QueryEscape(identifier)+"&_count=2")
-	if err != nil {
-		return nil, false, err
-	}
-	scopes := []store.Scope{store.ProjectScope(p.ProjectID)}
+	query := "identifier=" + url.QueryEscape(identifier) + "&_count=2"
+	queries := []string{query + "&_project=" + url.QueryEscape(p.ProjectID)}
 	if p.SuperAdmin {
-		scopes = append(scopes, store.AllProjects)
+		queries = append(queries, query)
 	}
-	for _, sc := range scopes {
-		res, err := h.store.Search(ctx, sc, req)
+	for i, q := range queries {
+		req, err := fhir.ParseSearch("Bot", q)
 		if err != nil {
 			return nil, false, err
 		}
-		switch {
-		case len(res.Records) == 1:
-			return &res.Records[0], true, nil
-		case len(res.Records) > 1 && (!sc.All || res.Records[0].Project == res.Records[1].Project):
-			return nil, false, &fhir.Error{Code: fhir.EMultipleMatches, Message: "Multiple resources found matching condition"}
-		case len(res.Records) > 1:
-			return &res.Records[0], true, nil
+		res, err := h.svc.Search(ctx, p, req)
+		if err != nil {
+			return nil, false, err
 		}
+		allProjects := i > 0
+		switch {
+		case len(res.Records) == 0:
+			continue
+		case len(res.Records) > 1 && (!allProjects || res.Records[0].Project == res.Records[1].Project):
+			return nil, false, &fhir.Error{Code: fhir.EMultipleMatches, Message: "Multiple resources found matching condition"}
+		}
+		// The search answered what the caller may see; run the stored Bot.
+		rec, err := h.svc.Load(ctx, p, "Bot", res.Records[0].ID)
+		return rec, true, err
 	}
 	return nil, false, fhir.Errorf(fhir.ENotFound, "No bot found with identifier %s", identifier)
 }
@@ -492,7 +490,7 @@ func (h *Handler) botInput(r *http.Request, query url.Values, byIdentifier, js b
 }
 
 // botEvent builds the event JSON.
-func (h *Handler) botEvent(ctx context.Context, r *http.Request, p *auth.Principal, rec *store.Record, bot, project fhir.Resource, mediaType string, input json.RawMessage) ([]byte, error) {
+func (h *Handler) botEvent(ctx context.Context, r *http.Request, p *principal.Principal, rec *store.Record, bot, project fhir.Resource, mediaType string, input json.RawMessage) ([]byte, error) {
 	headers := make(map[string]string, len(r.Header))
 	for k, v := range r.Header {
 		lk := strings.ToLower(k)
@@ -578,18 +576,20 @@ func (h *Handler) writeBotResult(w http.ResponseWriter, r *http.Request, request
 	w.Write(body)
 }
 
-// botFHIR answers a bot's sandbot.fhir calls in-process, as the bot's own
-// ProjectMembership: its access rules apply and no token enters the guest.
+// botFHIR answers a bot's FHIR calls (the sandbot.fhir import, a JavaScript
+// bot's fetch) in-process through the FHIR service's dispatcher, as the
+// bot's own ProjectMembership: its access policy and the Bot rows of
+// fhirservice.Rules apply, and no token enters the guest.
 func (h *Handler) botFHIR(ctx context.Context, rec *store.Record) func(context.Context, []byte) []byte {
-	var principal *auth.Principal
+	var p *principal.Principal
 	var lookupErr error
 	looked := false
 	return func(callCtx context.Context, request []byte) []byte {
 		if !looked {
 			looked = true
-			principal, lookupErr = h.cfg.Auth.MembershipPrincipal(ctx, "Bot/"+rec.ID)
+			p, lookupErr = principal.ForUser(ctx, h.store, "Bot/"+rec.ID)
 		}
-		if lookupErr != nil || principal == nil {
+		if lookupErr != nil || p == nil {
 			return fhirReply(http.StatusForbidden, fhir.OutcomeFor(fhir.Errorf(fhir.EForbidden, "Bot has no project membership")))
 		}
 		var req struct {
@@ -603,32 +603,20 @@ func (h *Handler) botFHIR(ctx context.Context, rec *store.Record) func(context.C
 		if req.Method == "" {
 			req.Method = http.MethodGet
 		}
-		target := "/fhir/R4/" + strings.TrimPrefix(req.URL, "/")
-		var body *bytes.Reader
-		if len(req.Body) > 0 {
-			body = bytes.NewReader(req.Body)
-		} else {
-			body = bytes.NewReader(nil)
-		}
-		hr, err := http.NewRequestWithContext(auth.WithPrincipal(callCtx, principal), strings.ToUpper(req.Method), target, body)
-		if err != nil {
-			return fhirReply(http.StatusBadRequest, fhir.OutcomeFor(fhir.Invalid("Invalid FHIR request URL")))
-		}
-		if len(req.Body) > 0 {
-			ct := mediaFHIR
-			if strings.EqualFold(req.Method, http.MethodPatch) {
-				ct = "application/json-patch+json"
+		in := &fhirservice.Request{Method: strings.ToUpper(req.Method), URL: req.URL, Accept: mediaFHIR}
+		if len(req.Body) > 0 && string(req.Body) != "null" {
+			in.Body = req.Body
+			in.ContentType = mediaFHIR
+			if in.Method == http.MethodPatch {
+				in.ContentType = "application/json-patch+json"
 			}
-			hr.Header.Set("Content-Type", ct)
 		}
-		hr.Header.Set("Accept", mediaFHIR)
-		rw := httptest.NewRecorder()
-		h.internal.ServeHTTP(rw, hr)
-		out := rw.Body.Bytes()
+		resp := h.svc.Do(callCtx, p, in)
+		out := resp.Body
 		if !json.Valid(out) {
 			out, _ = json.Marshal(string(out))
 		}
-		reply, _ := json.Marshal(map[string]any{"status": rw.Code, "body": json.RawMessage(out)})
+		reply, _ := json.Marshal(map[string]any{"status": resp.Status, "body": json.RawMessage(out)})
 		return reply
 	}
 }

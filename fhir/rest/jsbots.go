@@ -9,8 +9,8 @@ import (
 	"unicode/utf8"
 
 	"github.com/sandbot/sandbot/fhir"
-	"github.com/sandbot/sandbot/internal/auth"
 	"github.com/sandbot/sandbot/internal/httpx"
+	"github.com/sandbot/sandbot/internal/principal"
 	"github.com/sandbot/sandbot/runtime"
 	"github.com/sandbot/sandbot/store"
 )
@@ -34,7 +34,7 @@ func isJSBot(bot fhir.Resource) bool {
 // {code, filename} with the code as text (what `medplum bot deploy` sends
 // from a dist file), or a raw application/javascript body. The code is
 // loaded into the engine now, so a syntax error is this request's 400.
-func (h *Handler) deployJS(w http.ResponseWriter, r *http.Request, p *auth.Principal, rec *store.Record, bot fhir.Resource) {
+func (h *Handler) deployJS(w http.ResponseWriter, r *http.Request, p *principal.Principal, rec *store.Record, bot fhir.Resource) {
 	ctx := r.Context()
 	code, filename, err := h.jsDeployBody(r)
 	if err != nil {

@@ -7,6 +7,7 @@ import (
 
 	"github.com/sandbot/sandbot/fhir"
 	"github.com/sandbot/sandbot/fhir/definitions"
+	"github.com/sandbot/sandbot/internal/fhirservice"
 	"github.com/sandbot/sandbot/internal/httpx"
 )
 
@@ -66,7 +67,7 @@ func capabilityStatement() map[string]any {
 func fhirTypes() []string {
 	var out []string
 	for _, t := range fhir.KnownTypeNames() {
-		if !serverTypes[t] && t != "Bundle" && t != "OperationOutcome" && t != "Parameters" && t != "CapabilityStatement" {
+		if !fhirservice.SuperAdminOnly(t) && t != "Bundle" && t != "OperationOutcome" && t != "Parameters" && t != "CapabilityStatement" {
 			out = append(out, t)
 		}
 	}

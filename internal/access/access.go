@@ -12,6 +12,13 @@
 // Several entries with criteria for one type are ORed (a resource matching
 // any of them is visible); an entry without criteria for the type grants the
 // whole type.
+//
+// An entry may also name hiddenFields (removed from what the member reads,
+// refused when it writes them) and readonlyFields (shown, never changed), as
+// dotted paths ("address", "name.family"). As in the reference, the fields of
+// the first entry, in policy order, that grants the interaction and matches
+// the resource apply (FieldEntries gives them in that order); the FHIR
+// service (internal/fhirservice) enforces them.
 package access
 
 import (
@@ -28,6 +35,9 @@ type Entry struct {
 	// Criteria restricts the entry to matching resources; nil means the whole
 	// type within the project.
 	Criteria *fhir.SearchRequest
+	// HiddenFields and ReadonlyFields are the entry's field restrictions,
+	// dotted paths into the resource.
+	HiddenFields, ReadonlyFields []string
 }
 
 // Policy is the compiled union of a member's policies. A nil *Policy means
@@ -60,7 +70,7 @@ func Compile(bindings []Binding) (*Policy, error) {
 				continue
 			}
 			ro, _ := m["readonly"].(bool)
-			ent := Entry{ResourceType: rt, Readonly: ro}
+			ent := Entry{ResourceType: rt, Readonly: ro, HiddenFields: stringList(m["hiddenFields"]), ReadonlyFields: stringList(m["readonlyFields"])}
 			if c, _ := m["criteria"].(string); c != "" {
 				req, err := ParseCriteria(c, b.Params)
 				if err != nil {
@@ -75,6 +85,18 @@ func Compile(bindings []Binding) (*Policy, error) {
 		}
 	}
 	return p, nil
+}
+
+// stringList is the non-empty strings of a JSON array.
+func stringList(v any) []string {
+	list, _ := v.([]any)
+	var out []string
+	for _, x := range list {
+		if s, _ := x.(string); s != "" {
+			out = append(out, s)
+		}
+	}
+	return out
 }
 
 // ParseCriteria parses "Type?query", substituting %name variables from
@@ -192,4 +214,42 @@ func (p *Policy) Filters(typ string, write bool) (groups [][]fhir.Filter, ok boo
 func noMatch(typ string) fhir.Filter {
 	req, _ := fhir.ParseSearch(typ, "_id=__none__")
 	return req.Filters[0]
+}
+
+// FieldEntry is one entry's field restrictions for one type, with the filters
+// a resource must match for the entry to apply (nil: every resource of the
+// type).
+type FieldEntry struct {
+	Filters                      []fhir.Filter
+	HiddenFields, ReadonlyFields []string
+}
+
+// FieldEntries lists, in policy order, the entries that grant typ (for
+// writes, only the writable ones) with their field restrictions: the first
+// whose filters a resource matches gives its hidden and read-only fields. nil
+// when no entry for the type names any field (nothing to enforce).
+func (p *Policy) FieldEntries(typ string, write bool) []FieldEntry {
+	if p == nil {
+		return nil
+	}
+	var out []FieldEntry
+	any := false
+	for _, e := range p.matching(typ) {
+		if write && e.Readonly {
+			continue
+		}
+		fe := FieldEntry{HiddenFields: e.HiddenFields, ReadonlyFields: e.ReadonlyFields}
+		if e.Criteria != nil {
+			if e.Criteria.ResourceType != typ {
+				continue // a "*" entry's criteria restricts only its own type
+			}
+			fe.Filters = e.Criteria.Filters
+		}
+		any = any || len(fe.HiddenFields) > 0 || len(fe.ReadonlyFields) > 0
+		out = append(out, fe)
+	}
+	if !any {
+		return nil
+	}
+	return out
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/sandbot/sandbot/admin"
 	"github.com/sandbot/sandbot/fhir"
 	"github.com/sandbot/sandbot/internal/httpx"
+	"github.com/sandbot/sandbot/internal/principal"
 	"github.com/sandbot/sandbot/store"
 )
 
@@ -80,7 +81,7 @@ func (a *Authenticator) handleMethod(w http.ResponseWriter, r *http.Request) {
 // {oldPassword, newPassword, confirmPassword?}.
 func (a *Authenticator) handleChangePassword(w http.ResponseWriter, r *http.Request) {
 	ctx := r.Context()
-	p := FromContext(ctx)
+	p := principal.FromContext(ctx)
 	body, err := httpx.ReadJSONObject(r, a.maxBody)
 	if err != nil {
 		httpx.WriteError(w, r, a.log, err)
@@ -134,7 +135,7 @@ func (a *Authenticator) handleChangePassword(w http.ResponseWriter, r *http.Requ
 // user's login is answered as not found.
 func (a *Authenticator) handleRevoke(w http.ResponseWriter, r *http.Request) {
 	ctx := r.Context()
-	p := FromContext(ctx)
+	p := principal.FromContext(ctx)
 	body, err := httpx.ReadJSONObject(r, a.maxBody)
 	if err != nil {
 		httpx.WriteError(w, r, a.log, err)
@@ -157,7 +158,7 @@ func (a *Authenticator) handleRevoke(w http.ResponseWriter, r *http.Request) {
 // authenticated with client credentials on each request has no login to
 // end.
 func (a *Authenticator) handleLogout(w http.ResponseWriter, r *http.Request) {
-	p := FromContext(r.Context())
+	p := principal.FromContext(r.Context())
 	if p.LoginID != "" {
 		if err := a.revokeLogin(r.Context(), p.LoginID, p.User); err != nil {
 			httpx.WriteError(w, r, a.log, err)

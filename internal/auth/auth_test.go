@@ -499,7 +499,8 @@ func TestAuthRateLimit(t *testing.T) {
 }
 
 // TestRevokedLogin: a token whose Login is revoked (or whose membership is
-// deactivated) stops working once the principal cache is dropped.
+// deactivated) stops working at once: the store's change feed drops the
+// cached principals.
 func TestRevokedLogin(t *testing.T) {
 	servertest.ForEachBackend(t, func(t *testing.T, s *servertest.Server) {
 		c := s.NewProject(t, "revoke")

@@ -12,6 +12,7 @@ import (
 
 	"github.com/sandbot/sandbot/fhir"
 	"github.com/sandbot/sandbot/internal/httpx"
+	"github.com/sandbot/sandbot/internal/principal"
 	"github.com/sandbot/sandbot/store"
 )
 
@@ -113,7 +114,7 @@ func (a *Authenticator) clientFailure(w http.ResponseWriter, r *http.Request, er
 }
 
 // issue records a Login for the principal and answers with its tokens.
-func (a *Authenticator) issue(r *http.Request, p *Principal, method, scope, display string) (map[string]any, error) {
+func (a *Authenticator) issue(r *http.Request, p *principal.Principal, method, scope, display string) (map[string]any, error) {
 	ctx := r.Context()
 	login := fhir.Resource{
 		"resourceType":  "Login",
@@ -136,7 +137,7 @@ func (a *Authenticator) issue(r *http.Request, p *Principal, method, scope, disp
 }
 
 // tokenResponse signs the access and id tokens of an existing Login.
-func (a *Authenticator) tokenResponse(p *Principal, loginID, scope, display string) (map[string]any, error) {
+func (a *Authenticator) tokenResponse(p *principal.Principal, loginID, scope, display string) (map[string]any, error) {
 	_, userID, _ := fhir.SplitReference(p.User)
 	claims := Claims{ClientID: p.ClientID, LoginID: loginID, Username: userID, Profile: p.Profile, Scope: scope}
 	claims.Subject = userID
@@ -166,7 +167,7 @@ func (a *Authenticator) tokenResponse(p *Principal, loginID, scope, display stri
 }
 
 func (a *Authenticator) handleMe(w http.ResponseWriter, r *http.Request) {
-	p := FromContext(r.Context())
+	p := principal.FromContext(r.Context())
 	typ, id, _ := fhir.SplitReference(p.Profile)
 	profile, err := a.store.Read(r.Context(), store.AllProjects, typ, id)
 	if err != nil {

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/sandbot/sandbot/fhir"
+	"github.com/sandbot/sandbot/internal/principal"
 	"github.com/sandbot/sandbot/store"
 )
 
@@ -23,7 +24,7 @@ var favoriteTypes = []string{"Patient", "Practitioner", "Organization", "Service
 // userConfiguration is the membership's UserConfiguration when it names one,
 // else the default menu: Favorites, Admin for project administrators, Super
 // Admin for the super-admin project.
-func (a *Authenticator) userConfiguration(ctx context.Context, p *Principal) (fhir.Resource, error) {
+func (a *Authenticator) userConfiguration(ctx context.Context, p *principal.Principal) (fhir.Resource, error) {
 	if typ, id, ok := fhir.SplitReference(p.Membership.Ref("userConfiguration")); ok && typ == "UserConfiguration" {
 		rec, err := a.store.Read(ctx, store.AllProjects, typ, id)
 		if err == nil {
@@ -62,7 +63,7 @@ func (a *Authenticator) userConfiguration(ctx context.Context, p *Principal) (fh
 // for clients and bots): the user's logins of the last hour that chose a
 // membership and are not revoked. sandbot has no multi-factor
 // authentication, so mfaEnrolled is always false.
-func (a *Authenticator) security(ctx context.Context, p *Principal) (map[string]any, error) {
+func (a *Authenticator) security(ctx context.Context, p *principal.Principal) (map[string]any, error) {
 	typ, _, _ := fhir.SplitReference(p.User)
 	if typ != "User" {
 		return nil, nil

@@ -17,6 +17,7 @@ import (
 	"github.com/sandbot/sandbot/admin"
 	"github.com/sandbot/sandbot/fhir"
 	"github.com/sandbot/sandbot/internal/httpx"
+	"github.com/sandbot/sandbot/internal/principal"
 	"github.com/sandbot/sandbot/store"
 )
 
@@ -97,7 +98,7 @@ func (a *Authenticator) handleLogin(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		if projectID == "" && rec.Project != "" {
-			cm, err := FindMembership(ctx, a.store, "ClientApplication/"+clientID)
+			cm, err := principal.FindMembership(ctx, a.store, "ClientApplication/"+clientID)
 			if err == nil && cm != nil {
 				_, projectID, _ = fhir.SplitReference(cm.Ref("project"))
 			}

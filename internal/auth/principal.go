@@ -12,61 +12,11 @@ import (
 	"time"
 
 	"github.com/sandbot/sandbot/fhir"
-	"github.com/sandbot/sandbot/internal/access"
 	"github.com/sandbot/sandbot/internal/httpx"
+	"github.com/sandbot/sandbot/internal/principal"
 	"github.com/sandbot/sandbot/limits"
 	"github.com/sandbot/sandbot/store"
 )
-
-// Principal is an authenticated caller: one login into one project through
-// one membership.
-type Principal struct {
-	LoginID string
-	// ClientID is the ClientApplication that logged in, if any.
-	ClientID string
-	// User is the membership's user reference (User/…, ClientApplication/… or Bot/…).
-	User string
-	// Profile is the membership's profile reference.
-	Profile    string
-	ProjectID  string
-	Project    fhir.Resource
-	Membership fhir.Resource
-	// SuperAdmin is set for members of the super-admin project.
-	SuperAdmin bool
-	// Admin is set for project administrators (and super admins).
-	Admin bool
-	// Access is the compiled access policy of the membership; nil when the
-	// membership names none (or for super admins).
-	Access *access.Policy
-}
-
-// Scope is the set of projects the principal may see.
-func (p *Principal) Scope() store.Scope {
-	if p.SuperAdmin {
-		return store.AllProjects
-	}
-	return store.ProjectScope(p.ProjectID)
-}
-
-// Author is the meta.author of the principal's writes.
-func (p *Principal) Author() fhir.Reference { return fhir.Reference{Reference: p.Profile} }
-
-// MembershipID is the id of the principal's membership.
-func (p *Principal) MembershipID() string { return p.Membership.ID() }
-
-type principalKey struct{}
-
-// FromContext returns the principal of an authenticated request.
-func FromContext(ctx context.Context) *Principal {
-	p, _ := ctx.Value(principalKey{}).(*Principal)
-	return p
-}
-
-// WithPrincipal stores a principal in a context (for in-process callers such
-// as a bot's FHIR requests).
-func WithPrincipal(ctx context.Context, p *Principal) context.Context {
-	return context.WithValue(ctx, principalKey{}, p)
-}
 
 // cacheTTL bounds how long a resolved login is reused. It is a safety net:
 // a change to what a principal is made of (its login, membership, access
@@ -75,7 +25,7 @@ func WithPrincipal(ctx context.Context, p *Principal) context.Context {
 const cacheTTL = 10 * time.Second
 
 type cached struct {
-	p       *Principal
+	p       *principal.Principal
 	expires time.Time
 }
 
@@ -104,7 +54,7 @@ func NewAuthenticator(s store.Store, t *Tokens, lim limits.Limits, log *slog.Log
 // Tokens is the token signer.
 func (a *Authenticator) Tokens() *Tokens { return a.tokens }
 
-func (a *Authenticator) cacheGet(key string) *Principal {
+func (a *Authenticator) cacheGet(key string) *principal.Principal {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	c, ok := a.cache[key]
@@ -124,7 +74,7 @@ func (a *Authenticator) generation() uint64 {
 // cachePut caches p for cacheTTL, but never past limit (a token's expiry)
 // when limit is set, and not at all when something was invalidated since
 // gen was taken.
-func (a *Authenticator) cachePut(key string, p *Principal, gen uint64, limit time.Time) {
+func (a *Authenticator) cachePut(key string, p *principal.Principal, gen uint64, limit time.Time) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if a.gen != gen {
@@ -184,7 +134,7 @@ func (a *Authenticator) Changed(changes []store.Change) {
 
 // Authenticate resolves the Authorization header; fhir.ErrUnauthorized when
 // it is missing or wrong.
-func (a *Authenticator) Authenticate(r *http.Request) (*Principal, error) {
+func (a *Authenticator) Authenticate(r *http.Request) (*principal.Principal, error) {
 	h := r.Header.Get("Authorization")
 	scheme, cred, _ := strings.Cut(h, " ")
 	cred = strings.TrimSpace(cred)
@@ -211,7 +161,7 @@ func DecodeBasic(cred string) (id, secret string, ok bool) {
 	return id, secret, ok && id != ""
 }
 
-func (a *Authenticator) fromToken(ctx context.Context, token string) (*Principal, error) {
+func (a *Authenticator) fromToken(ctx context.Context, token string) (*principal.Principal, error) {
 	// A token seen and verified within cacheTTL is not verified again: an
 	// ECDSA verification costs more than the rest of a small request.
 	sum := sha256.Sum256([]byte(token))
@@ -263,7 +213,7 @@ func (a *Authenticator) fromToken(ctx context.Context, token string) (*Principal
 
 // ClientPrincipal checks a client's credentials (constant-time secret
 // comparison) and resolves its membership.
-func (a *Authenticator) ClientPrincipal(ctx context.Context, clientID, secret string) (*Principal, error) {
+func (a *Authenticator) ClientPrincipal(ctx context.Context, clientID, secret string) (*principal.Principal, error) {
 	sum := sha256.Sum256([]byte(clientID + "\x00" + secret))
 	key := "basic:" + base64.RawStdEncoding.EncodeToString(sum[:])
 	if p := a.cacheGet(key); p != nil {
@@ -334,8 +284,8 @@ func (a *Authenticator) CheckClient(ctx context.Context, clientID, secret string
 	return client, nil
 }
 
-func (a *Authenticator) clientMembership(ctx context.Context, client fhir.Resource) (*Principal, error) {
-	m, err := FindMembership(ctx, a.store, "ClientApplication/"+client.ID())
+func (a *Authenticator) clientMembership(ctx context.Context, client fhir.Resource) (*principal.Principal, error) {
+	m, err := principal.FindMembership(ctx, a.store, "ClientApplication/"+client.ID())
 	if err != nil {
 		return nil, err
 	}
@@ -350,64 +300,9 @@ func (a *Authenticator) clientMembership(ctx context.Context, client fhir.Resour
 	return p, nil
 }
 
-// FindMembership returns the first active membership whose user is ref, or nil.
-func FindMembership(ctx context.Context, s store.Store, userRef string) (fhir.Resource, error) {
-	found, err := store.SearchResources(ctx, s, store.AllProjects, "ProjectMembership", "user="+userRef+"&_count=5")
-	if err != nil {
-		return nil, err
-	}
-	for _, m := range found {
-		if active, ok := m["active"].(bool); ok && !active {
-			continue
-		}
-		return m, nil
-	}
-	return nil, nil
-}
-
 // principalFor loads a membership and its project.
-func (a *Authenticator) principalFor(ctx context.Context, membershipID string) (*Principal, error) {
-	mrec, err := a.store.Read(ctx, store.AllProjects, "ProjectMembership", membershipID)
-	if err != nil {
-		if fhir.IsCode(err, fhir.ENotFound) || fhir.IsCode(err, fhir.EGone) {
-			return nil, fhir.ErrUnauthorized
-		}
-		return nil, err
-	}
-	m, err := mrec.Resource()
-	if err != nil {
-		return nil, err
-	}
-	if active, ok := m["active"].(bool); ok && !active {
-		return nil, fhir.ErrUnauthorized
-	}
-	_, projectID, _ := fhir.SplitReference(m.Ref("project"))
-	prec, err := a.store.Read(ctx, store.AllProjects, "Project", projectID)
-	if err != nil {
-		if fhir.IsCode(err, fhir.ENotFound) || fhir.IsCode(err, fhir.EGone) {
-			return nil, fhir.ErrUnauthorized
-		}
-		return nil, err
-	}
-	project, err := prec.Resource()
-	if err != nil {
-		return nil, err
-	}
-	p := &Principal{
-		User:       m.Ref("user"),
-		Profile:    m.Ref("profile"),
-		ProjectID:  projectID,
-		Project:    project,
-		Membership: m,
-		SuperAdmin: project.Bool("superAdmin"),
-	}
-	p.Admin = p.SuperAdmin || m.Bool("admin")
-	if !p.SuperAdmin {
-		if p.Access, err = loadPolicy(ctx, a.store, m); err != nil {
-			return nil, err
-		}
-	}
-	return p, nil
+func (a *Authenticator) principalFor(ctx context.Context, membershipID string) (*principal.Principal, error) {
+	return principal.ForMembership(ctx, a.store, membershipID)
 }
 
 // Require is middleware that answers 401 unless the request authenticates,
@@ -423,18 +318,8 @@ func (a *Authenticator) Require(next http.Handler) http.Handler {
 			httpx.WriteError(w, r, a.log, fhir.ErrUnauthorized)
 			return
 		}
-		next.ServeHTTP(w, r.WithContext(WithPrincipal(r.Context(), p)))
+		next.ServeHTTP(w, r.WithContext(principal.NewContext(r.Context(), p)))
 	})
 }
 
 func isClientError(err error) bool { _, ok := err.(*ClientError); return ok }
-
-// MembershipPrincipal is the principal of the membership whose user is
-// userRef (e.g. a Bot's own membership), or nil when there is none.
-func (a *Authenticator) MembershipPrincipal(ctx context.Context, userRef string) (*Principal, error) {
-	m, err := FindMembership(ctx, a.store, userRef)
-	if err != nil || m == nil {
-		return nil, err
-	}
-	return a.principalFor(ctx, m.ID())
-}

@@ -21,6 +21,7 @@ import (
 	"github.com/sandbot/sandbot/fhir"
 	"github.com/sandbot/sandbot/fhir/rest"
 	"github.com/sandbot/sandbot/internal/auth"
+	"github.com/sandbot/sandbot/internal/fhirservice"
 	"github.com/sandbot/sandbot/internal/httpx"
 	"github.com/sandbot/sandbot/internal/mail"
 	"github.com/sandbot/sandbot/limits"
@@ -61,11 +62,13 @@ type Config struct {
 
 // Server is the assembled server.
 type Server struct {
-	API   http.Handler
-	Ops   http.Handler
-	Auth  *auth.Authenticator
-	FHIR  *rest.Handler
-	Store store.Store
+	API  http.Handler
+	Ops  http.Handler
+	Auth *auth.Authenticator
+	FHIR *rest.Handler
+	// Service is the FHIR service every resource read and write goes through.
+	Service *fhirservice.Service
+	Store   store.Store
 	// Bootstrap says what the first-start bootstrap did.
 	Bootstrap *admin.BootstrapResult
 	// Admin runs the user-management use-cases.
@@ -96,7 +99,8 @@ func New(ctx context.Context, cfg Config, st store.Store, reg *prometheus.Regist
 	}
 	s := &Server{Store: st, Bootstrap: boot, log: log}
 	s.Auth = auth.NewAuthenticator(st, tokens, cfg.Limits, log)
-	s.FHIR = rest.New(rest.Config{Store: st, Auth: s.Auth, BaseURL: cfg.BaseURL, Log: log,
+	s.Service = fhirservice.New(fhirservice.Config{Store: st, BaseURL: cfg.BaseURL, Limits: cfg.Limits})
+	s.FHIR = rest.New(rest.Config{Store: st, FHIR: s.Service, Auth: s.Auth, BaseURL: cfg.BaseURL, Log: log,
 		Limits: cfg.Limits, Runtime: cfg.Runtime, Registerer: reg})
 	// Every cache of the server hears of every change to what it keeps,
 	// whoever made it: this process (at commit, before the write returns)
@@ -122,12 +126,15 @@ func New(ctx context.Context, cfg Config, st store.Store, reg *prometheus.Regist
 		Help: "Invitation e-mails that could not be sent (the memberships were kept).",
 	})
 	reg.MustRegister(inviteMailFailures)
-	s.Admin = &admin.Service{Store: st, Mail: mailer, BaseURL: cfg.AppBaseURL, Log: log, SuperProjectID: boot.ProjectID,
+	s.Admin = &admin.Service{Store: st, FHIR: s.Service, Mail: mailer, BaseURL: cfg.AppBaseURL, Log: log, SuperProjectID: boot.ProjectID,
 		MailFailed: inviteMailFailures.Inc}
 	adminAPI := adminhttp.New(s.Admin, s.Auth, cfg.BaseURL, cfg.Limits, log)
 	s.FHIR.AddRoutes(adminAPI.RegisterFHIR)
 
-	api := mux.NewRouter()
+	// Paths are not cleaned: a cleaned path would be answered with a
+	// redirect to it ("/fhir/R4/Patient/..%2F..%2F.." to "/"), where a 4xx
+	// is due; ids are checked where they are used.
+	api := mux.NewRouter().SkipClean(true)
 	api.Use(httpx.Middleware(log, metrics))
 	// Preflights are answered before the rate limit and authentication.
 	api.Use(httpx.NewCORS(append([]string{httpx.OriginOf(cfg.AppBaseURL)}, cfg.CORSOrigins...)).Middleware)

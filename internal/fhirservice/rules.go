@@ -1,0 +1,286 @@
+package fhirservice
+
+import (
+	"github.com/sandbot/sandbot/fhir"
+	"github.com/sandbot/sandbot/internal/principal"
+)
+
+// Role is what a principal is to the rules: exactly one of SuperAdmin,
+// ProjectAdmin and Member, plus Bot when a bot acts through its own
+// membership (its in-process FHIR calls). A rule binds a principal when it
+// names one of the principal's roles.
+type Role uint8
+
+// Roles.
+const (
+	SuperAdmin   Role = 1 << iota // a member of a super-admin project
+	ProjectAdmin                  // an admin membership (not super admin)
+	Member                        // any other membership
+	Bot                           // a bot's own membership (with one of the above)
+
+	NotSuperAdmin = ProjectAdmin | Member | Bot
+	Everyone      = SuperAdmin | ProjectAdmin | Member | Bot
+)
+
+// RolesOf is the roles of a principal.
+func RolesOf(p *principal.Principal) Role {
+	var r Role
+	switch {
+	case p.SuperAdmin:
+		r = SuperAdmin
+	case p.Admin:
+		r = ProjectAdmin
+	default:
+		r = Member
+	}
+	if p.IsBot() {
+		r |= Bot
+	}
+	return r
+}
+
+// Op is a set of interactions.
+type Op uint8
+
+// Interactions, as rules name them.
+const (
+	OpRead   Op = 1 << iota // read, vread, history and search
+	OpCreate                // create
+	OpUpdate                // update and patch
+	OpDelete                // delete
+
+	OpWrite = OpCreate | OpUpdate | OpDelete
+	OpAll   = OpRead | OpWrite
+)
+
+// Access is what a field rule does to its field.
+type Access uint8
+
+// Field accesses, weakest first: where several rules bind one field, the
+// strongest applies.
+const (
+	// Managed fields are the server's: what a client sends there is
+	// replaced by the stored value (dropped on create, where the server
+	// sets them). Nobody is refused for sending them: clients echo meta back.
+	Managed Access = iota + 1
+	// ReadOnly fields are shown; a write that changes one is refused (403
+	// naming it). A full update that leaves one out keeps the stored value.
+	ReadOnly
+	// Hidden fields are never shown (read, vread, history, search); a write
+	// that sets one is refused (403 naming it) and one that leaves it out
+	// keeps the stored value, since the client never saw it.
+	Hidden
+)
+
+func (a Access) String() string {
+	switch a {
+	case Managed:
+		return "server-managed"
+	case ReadOnly:
+		return "read-only"
+	case Hidden:
+		return "hidden"
+	}
+	return ""
+}
+
+// Rule is one row of the server's own authorization table: who may do what
+// with a resource type (Field empty) or with one field of it. Rows only
+// take away: what no row refuses is allowed, within the project wall and the
+// caller's access policy.
+type Rule struct {
+	Type string
+	// Field is a dotted path into the resource; empty for the resource as a
+	// whole.
+	Field string
+	// Roles are the principals the row binds.
+	Roles Role
+	// Deny, for a whole-resource row, is the interactions refused with 403.
+	Deny Op
+	// Access, for a field row, is what happens to the field.
+	Access Access
+	// Message is the text of a whole-resource row's refusal ("Forbidden"
+	// when empty); a field refusal names the field.
+	Message string
+}
+
+// Rules is the table. Adding a restriction is adding a row; the README's
+// "who may write what" is generated from it (TestDocumentedRules).
+var Rules = []Rule{
+	// The server's own types: super admins only.
+	{Type: "Login", Roles: NotSuperAdmin, Deny: OpAll},
+	{Type: "JsonWebKey", Roles: NotSuperAdmin, Deny: OpAll},
+	{Type: "DomainConfiguration", Roles: NotSuperAdmin, Deny: OpAll},
+
+	// Project administration types: nothing for plain members (an access
+	// policy never grants them), limited for project admins
+	// (docs/decisions.md 5).
+	{Type: "AccessPolicy", Roles: Member, Deny: OpAll},
+	{Type: "Project", Roles: Member, Deny: OpAll},
+	{Type: "ProjectMembership", Roles: Member, Deny: OpAll},
+	{Type: "User", Roles: Member, Deny: OpAll},
+	{Type: "UserSecurityRequest", Roles: Member, Deny: OpAll},
+	{Type: "Project", Roles: ProjectAdmin, Deny: OpCreate | OpDelete},
+	{Type: "ProjectMembership", Roles: ProjectAdmin, Deny: OpWrite,
+		Message: "Project admins change memberships through /admin/projects/{projectId}/members/{membershipId} and invite through /admin/projects/{projectId}/invite"},
+	{Type: "User", Roles: ProjectAdmin, Deny: OpWrite, Message: "A User can only be changed by the user themself"},
+	{Type: "UserSecurityRequest", Roles: ProjectAdmin, Deny: OpWrite},
+
+	// A bot changes neither its project, the policies, any membership (its
+	// own included) nor any Bot's limits or code.
+	{Type: "Project", Roles: Bot, Deny: OpWrite},
+	{Type: "AccessPolicy", Roles: Bot, Deny: OpWrite},
+	{Type: "ProjectMembership", Roles: Bot, Deny: OpWrite},
+	{Type: "Bot", Field: "timeout", Roles: Bot, Access: ReadOnly},
+	{Type: "Bot", Field: "executableCode", Roles: Bot, Access: ReadOnly},
+	{Type: "Bot", Field: "runtimeVersion", Roles: Bot, Access: ReadOnly},
+
+	// What a project admin may not see or change of its Project.
+	{Type: "Project", Field: "superAdmin", Roles: NotSuperAdmin, Access: Hidden},
+	{Type: "Project", Field: "systemSecret", Roles: NotSuperAdmin, Access: Hidden},
+	{Type: "Project", Field: "strictMode", Roles: NotSuperAdmin, Access: Hidden},
+	{Type: "Project", Field: "features", Roles: NotSuperAdmin, Access: ReadOnly},
+	{Type: "Project", Field: "link", Roles: NotSuperAdmin, Access: ReadOnly},
+	{Type: "Project", Field: "systemSetting", Roles: NotSuperAdmin, Access: ReadOnly},
+
+	// A membership stays with its project and user (docs/decisions.md 4).
+	{Type: "ProjectMembership", Field: "project", Roles: NotSuperAdmin, Access: ReadOnly},
+	{Type: "ProjectMembership", Field: "user", Roles: NotSuperAdmin, Access: ReadOnly},
+
+	// Users: credentials are nobody's to read; identity fields are the
+	// user's own.
+	{Type: "User", Field: "passwordHash", Roles: Everyone, Access: Hidden},
+	{Type: "User", Field: "mfaSecret", Roles: Everyone, Access: Hidden},
+	{Type: "User", Field: "email", Roles: NotSuperAdmin, Access: ReadOnly},
+	{Type: "User", Field: "emailVerified", Roles: NotSuperAdmin, Access: ReadOnly},
+	{Type: "User", Field: "mfaEnrolled", Roles: NotSuperAdmin, Access: ReadOnly},
+	{Type: "User", Field: "project", Roles: NotSuperAdmin, Access: ReadOnly},
+
+	// Secrets.
+	{Type: "ClientApplication", Field: "secret", Roles: Member | Bot, Access: Hidden},
+	{Type: "Login", Field: "code", Roles: Everyone, Access: Hidden},
+	{Type: "Login", Field: "codeChallenge", Roles: Everyone, Access: Hidden},
+	{Type: "Login", Field: "refreshSecret", Roles: Everyone, Access: Hidden},
+	{Type: "UserSecurityRequest", Field: "secret", Roles: Everyone, Access: Hidden},
+
+	// What the server keeps for itself on every resource.
+	{Type: "*", Field: "meta.versionId", Roles: Everyone, Access: Managed},
+	{Type: "*", Field: "meta.lastUpdated", Roles: Everyone, Access: Managed},
+	{Type: "*", Field: "meta.author", Roles: Everyone, Access: Managed},
+	{Type: "*", Field: "meta.project", Roles: Everyone, Access: Managed},
+	{Type: "*", Field: "meta.account", Roles: Everyone, Access: Managed},
+	{Type: "*", Field: "meta.compartment", Roles: Everyone, Access: Managed},
+	{Type: "Binary", Field: "url", Roles: Everyone, Access: Managed},
+}
+
+// fieldRule is a field restriction in force for one principal and type.
+type fieldRule struct {
+	path   string
+	parts  []string
+	access Access
+}
+
+// ruleSet is what the table says for one type and set of roles.
+type ruleSet struct {
+	deny    Op
+	message map[Op]string
+	fields  []fieldRule
+}
+
+type ruleKey struct {
+	typ   string
+	roles Role
+}
+
+// ruleCache holds the compiled rule sets: the table never changes, and
+// every request asks.
+var ruleCache = func() map[ruleKey]*ruleSet {
+	m := map[ruleKey]*ruleSet{}
+	types := append(fhir.KnownTypeNames(), "*")
+	for _, typ := range types {
+		for roles := Role(1); roles <= Everyone; roles++ {
+			if !validRoles(roles) {
+				continue
+			}
+			m[ruleKey{typ, roles}] = compileRules(typ, roles)
+		}
+	}
+	return m
+}()
+
+// validRoles: exactly one of SuperAdmin, ProjectAdmin, Member, maybe Bot.
+func validRoles(r Role) bool {
+	base := r &^ Bot
+	return base == SuperAdmin || base == ProjectAdmin || base == Member
+}
+
+func compileRules(typ string, roles Role) *ruleSet {
+	rs := &ruleSet{message: map[Op]string{}}
+	byPath := map[string]int{}
+	for _, r := range Rules {
+		if r.Roles&roles == 0 || (r.Type != typ && r.Type != "*") {
+			continue
+		}
+		if r.Field == "" {
+			rs.deny |= r.Deny
+			for op := OpRead; op <= OpDelete; op <<= 1 {
+				if r.Deny&op != 0 && r.Message != "" {
+					rs.message[op] = r.Message
+				}
+			}
+			continue
+		}
+		if i, ok := byPath[r.Field]; ok {
+			rs.fields[i].access = max(rs.fields[i].access, r.Access)
+			continue
+		}
+		byPath[r.Field] = len(rs.fields)
+		rs.fields = append(rs.fields, fieldRule{path: r.Field, parts: splitPath(r.Field), access: r.Access})
+	}
+	return rs
+}
+
+// rulesFor is the table's rules for a principal and type.
+func rulesFor(p *principal.Principal, typ string) *ruleSet {
+	if rs, ok := ruleCache[ruleKey{typ, RolesOf(p)}]; ok {
+		return rs
+	}
+	return compileRules(typ, RolesOf(p))
+}
+
+// authorizeType applies the whole-resource rows to an interaction.
+func authorizeType(p *principal.Principal, typ string, op Op) error {
+	rs := rulesFor(p, typ)
+	if rs.deny&op == 0 {
+		return nil
+	}
+	if m := rs.message[op]; m != "" {
+		return fhir.Errorf(fhir.EForbidden, "%s", m)
+	}
+	return fhir.ErrForbidden
+}
+
+// adminTypes are the project-administration types: the role rows decide
+// them alone, never an access policy (a "*" entry does not grant them).
+var adminTypes = map[string]bool{
+	"AccessPolicy": true, "Project": true, "ProjectMembership": true, "User": true, "UserSecurityRequest": true,
+	"Login": true, "JsonWebKey": true, "DomainConfiguration": true,
+}
+
+// forbiddenField is the refusal of a write to a field.
+func forbiddenField(typ, path string, a Access) error {
+	if a == Hidden {
+		return fhir.Errorf(fhir.EForbidden, "Forbidden: %s.%s cannot be written", typ, path)
+	}
+	return fhir.Errorf(fhir.EForbidden, "Forbidden: %s.%s is read-only", typ, path)
+}
+
+// SuperAdminOnly reports whether the table keeps typ from everyone but super
+// admins (the server's own types), which the capability statement leaves out.
+func SuperAdminOnly(typ string) bool {
+	rs, ok := ruleCache[ruleKey{typ, ProjectAdmin}]
+	if !ok {
+		rs = compileRules(typ, ProjectAdmin)
+	}
+	return rs.deny&OpAll == OpAll
+}

@@ -1,0 +1,145 @@
+// Package principal is who a request acts as: one membership of one project,
+// with the roles and the access policy that come with it. internal/auth
+// resolves credentials (tokens, client secrets) into a Principal; a bot's
+// in-process FHIR calls act as the Principal of the bot's own membership.
+// The package knows nothing of HTTP: the FHIR service (internal/fhirservice)
+// and the admin use-cases take a Principal, whoever made it.
+package principal
+
+import (
+	"context"
+	"strings"
+
+	"github.com/sandbot/sandbot/fhir"
+	"github.com/sandbot/sandbot/internal/access"
+	"github.com/sandbot/sandbot/store"
+)
+
+// Principal is an authenticated caller: one login into one project through
+// one membership.
+type Principal struct {
+	LoginID string
+	// ClientID is the ClientApplication that logged in, if any.
+	ClientID string
+	// User is the membership's user reference (User/…, ClientApplication/… or Bot/…).
+	User string
+	// Profile is the membership's profile reference.
+	Profile    string
+	ProjectID  string
+	Project    fhir.Resource
+	Membership fhir.Resource
+	// SuperAdmin is set for members of the super-admin project.
+	SuperAdmin bool
+	// Admin is set for project administrators (and super admins).
+	Admin bool
+	// Access is the compiled access policy of the membership; nil when the
+	// membership names none (or for super admins).
+	Access *access.Policy
+}
+
+// Scope is the set of projects the principal may see.
+func (p *Principal) Scope() store.Scope {
+	if p.SuperAdmin {
+		return store.AllProjects
+	}
+	return store.ProjectScope(p.ProjectID)
+}
+
+// Author is the meta.author of the principal's writes.
+func (p *Principal) Author() fhir.Reference { return fhir.Reference{Reference: p.Profile} }
+
+// MembershipID is the id of the principal's membership.
+func (p *Principal) MembershipID() string { return p.Membership.ID() }
+
+// IsBot reports whether the principal is a Bot acting through its own
+// membership (its in-process FHIR calls).
+func (p *Principal) IsBot() bool { return strings.HasPrefix(p.User, "Bot/") }
+
+// IsUser reports whether the principal is a person (a User login).
+func (p *Principal) IsUser() bool { return strings.HasPrefix(p.User, "User/") }
+
+type contextKey struct{}
+
+// FromContext returns the principal stored in ctx, or nil.
+func FromContext(ctx context.Context) *Principal {
+	p, _ := ctx.Value(contextKey{}).(*Principal)
+	return p
+}
+
+// NewContext returns ctx carrying p.
+func NewContext(ctx context.Context, p *Principal) context.Context {
+	return context.WithValue(ctx, contextKey{}, p)
+}
+
+// FindMembership returns the first active membership whose user is ref, or nil.
+func FindMembership(ctx context.Context, s store.Store, userRef string) (fhir.Resource, error) {
+	found, err := store.SearchResources(ctx, s, store.AllProjects, "ProjectMembership", "user="+userRef+"&_count=5")
+	if err != nil {
+		return nil, err
+	}
+	for _, m := range found {
+		if active, ok := m["active"].(bool); ok && !active {
+			continue
+		}
+		return m, nil
+	}
+	return nil, nil
+}
+
+// ForMembership loads a membership, its project and its access policy into
+// a Principal (without LoginID and ClientID, which the caller knows).
+// fhir.ErrUnauthorized when the membership or its project is gone or the
+// membership is inactive.
+func ForMembership(ctx context.Context, s store.Store, membershipID string) (*Principal, error) {
+	mrec, err := s.Read(ctx, store.AllProjects, "ProjectMembership", membershipID)
+	if err != nil {
+		if fhir.IsCode(err, fhir.ENotFound) || fhir.IsCode(err, fhir.EGone) {
+			return nil, fhir.ErrUnauthorized
+		}
+		return nil, err
+	}
+	m, err := mrec.Resource()
+	if err != nil {
+		return nil, err
+	}
+	if active, ok := m["active"].(bool); ok && !active {
+		return nil, fhir.ErrUnauthorized
+	}
+	_, projectID, _ := fhir.SplitReference(m.Ref("project"))
+	prec, err := s.Read(ctx, store.AllProjects, "Project", projectID)
+	if err != nil {
+		if fhir.IsCode(err, fhir.ENotFound) || fhir.IsCode(err, fhir.EGone) {
+			return nil, fhir.ErrUnauthorized
+		}
+		return nil, err
+	}
+	project, err := prec.Resource()
+	if err != nil {
+		return nil, err
+	}
+	p := &Principal{
+		User:       m.Ref("user"),
+		Profile:    m.Ref("profile"),
+		ProjectID:  projectID,
+		Project:    project,
+		Membership: m,
+		SuperAdmin: project.Bool("superAdmin"),
+	}
+	p.Admin = p.SuperAdmin || m.Bool("admin")
+	if !p.SuperAdmin {
+		if p.Access, err = loadPolicy(ctx, s, m); err != nil {
+			return nil, err
+		}
+	}
+	return p, nil
+}
+
+// ForUser is the principal of the active membership whose user is userRef
+// (a Bot's own membership, say), or nil when there is none.
+func ForUser(ctx context.Context, s store.Store, userRef string) (*Principal, error) {
+	m, err := FindMembership(ctx, s, userRef)
+	if err != nil || m == nil {
+		return nil, err
+	}
+	return ForMembership(ctx, s, m.ID())
+}
