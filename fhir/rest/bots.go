@@ -256,11 +256,15 @@ func (h *Handler) module(ctx context.Context, project string, bot fhir.Resource)
 	if mod, ok := h.heldModule(bot); ok {
 		return mod, nil
 	}
+	hash := deployedHash(bot)
 	if isJSBot(bot) {
-		return h.jsModule(ctx, project, bot)
+		return h.jsModule(ctx, project, bot, hash)
 	}
 	wasm, err := h.loadModuleBytes(ctx, project, bot)
 	if err != nil {
+		return nil, err
+	}
+	if err := checkDeployed(wasm, hash); err != nil {
 		return nil, err
 	}
 	mod, err := h.cfg.Runtime.Compile(ctx, wasm)
@@ -297,6 +301,16 @@ func deployedHash(bot fhir.Resource) string {
 		}
 	}
 	return ""
+}
+
+// checkDeployed refuses code that is not what $deploy checked and recorded
+// (hash): its Binary was rewritten since, which anyone who may write
+// Binaries could do.
+func checkDeployed(code []byte, hash string) error {
+	if hash != "" && runtime.HashBytes(code) != hash {
+		return fhir.Invalid("Bot code changed since it was deployed: deploy it again")
+	}
+	return nil
 }
 
 func (h *Handler) execute(w http.ResponseWriter, r *http.Request) {

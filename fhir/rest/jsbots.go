@@ -134,10 +134,14 @@ func (h *Handler) loadJSCode(ctx context.Context, project string, bot fhir.Resou
 }
 
 // jsModule loads a JavaScript Bot's code into the engine (from the engine's
-// cache when this process has loaded the same code).
-func (h *Handler) jsModule(ctx context.Context, project string, bot fhir.Resource) (*runtime.Module, error) {
+// cache when this process has loaded the same code). hash, when set, is what
+// $deploy recorded: other code is refused.
+func (h *Handler) jsModule(ctx context.Context, project string, bot fhir.Resource, hash string) (*runtime.Module, error) {
 	code, err := h.loadJSCode(ctx, project, bot)
 	if err != nil {
+		return nil, err
+	}
+	if err := checkDeployed(code, hash); err != nil {
 		return nil, err
 	}
 	filename, _ := executableCode(bot)["title"].(string)

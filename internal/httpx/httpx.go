@@ -196,6 +196,27 @@ func (s *statusRecorder) Flush() {
 	}
 }
 
+// NoSniff sets X-Content-Type-Options: nosniff on every answer of next, so
+// that no browser reads an answer as another type than the one it declares
+// (a patient's uploaded Binary as HTML, say). Middleware applies it to the
+// API; the ops listener is wrapped in it.
+func NoSniff(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("X-Content-Type-Options", "nosniff")
+		next.ServeHTTP(w, r)
+	})
+}
+
+// NoStore sets Cache-Control: no-store on every answer of next: answers to
+// authenticated requests and those that carry tokens or codes must not be
+// kept by a browser or a proxy.
+func NoStore(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Cache-Control", "no-store")
+		next.ServeHTTP(w, r)
+	})
+}
+
 // Metrics are the HTTP metrics of one listener.
 type Metrics struct {
 	duration *prometheus.HistogramVec
@@ -219,8 +240,8 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	return m
 }
 
-// Middleware wraps the API: request id and trace id, panic recovery, access
-// log and metrics. The route label is the mux route template, so that ids do
+// Middleware wraps the API: request id and trace id, nosniff, panic
+// recovery, access log and metrics. The route label is the mux route template, so that ids do
 // not explode the label space.
 func Middleware(log *slog.Logger, m *Metrics) mux.MiddlewareFunc {
 	return func(next http.Handler) http.Handler {
@@ -231,6 +252,7 @@ func Middleware(log *slog.Logger, m *Metrics) mux.MiddlewareFunc {
 			ctx = context.WithValue(ctx, traceIDKey, traceIDOf(r))
 			r = r.WithContext(ctx)
 			w.Header().Set("X-Request-Id", reqID)
+			w.Header().Set("X-Content-Type-Options", "nosniff")
 			rec := &statusRecorder{ResponseWriter: w}
 			if m != nil {
 				m.inFlight.Inc()

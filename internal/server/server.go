@@ -181,7 +181,7 @@ func New(ctx context.Context, cfg Config, st store.Store, reg *prometheus.Regist
 	}
 	ops.HandleFunc("/readyz", readyz)
 	ops.HandleFunc("/healthz", readyz)
-	s.Ops = ops
+	s.Ops = httpx.NoSniff(ops)
 	s.ready.Store(true)
 	return s, nil
 }
