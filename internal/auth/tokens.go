@@ -1,7 +1,8 @@
 // Package auth authenticates API callers: it issues and verifies the JWT
 // access tokens (ES256, signed with a key kept in the store so that restarts
 // and replicas agree), accepts Bearer and Basic credentials on every API
-// route, resolves them to a Principal (login, membership, project), and
+// route, resolves them to a principal.Principal (login, membership, project;
+// cached, and dropped as the store's change feed tells of changes), and
 // serves /oauth2/token (client credentials, authorization code with PKCE,
 // refresh token), the password login (/auth/login, /auth/profile,
 // /auth/scope), /auth/setpassword, /auth/me, the web app's account endpoints
