@@ -62,7 +62,10 @@
 // search (GET, and POST _search with a form body), history, create (a non-JSON
 // POST to Binary stores it raw), update, patch (application/json-patch+json)
 // and delete; operations ($execute, $deploy, …) are not routed, so a bot's
-// call cannot start a bot. Bodies are bounded as BodyLimit says.
+// call cannot start a bot. The types served from the FHIR definitions
+// (fhir/definitions: StructureDefinition, SearchParameter, ValueSet,
+// CodeSystem) are answered from them, read-only, for every caller. Bodies are
+// bounded as BodyLimit says.
 //
 // # Transactions
 //
