@@ -179,6 +179,7 @@ type world struct {
 	practitioner  string
 	relay         bool // the bot runs the relay (JavaScript engine available)
 	targets       map[string]string
+	vip           string // a Patient the policy's first entry (criteria name=vip) covers
 }
 
 func ok(t *testing.T, what string, r *servertest.Response, status int) map[string]any {
@@ -214,6 +215,7 @@ func newWorld(t *testing.T, s *servertest.Server) *world {
 
 	w.policy = str(ok(t, "policy", a.Do("POST", "fhir/R4/AccessPolicy", map[string]any{"resourceType": "AccessPolicy", "name": "limited", "language": "fr",
 		"resource": []any{
+			map[string]any{"resourceType": "Patient", "criteria": "Patient?name=vip", "hiddenFields": []any{"telecom"}},
 			map[string]any{"resourceType": "Patient", "hiddenFields": []any{"birthDate"}, "readonlyFields": []any{"gender"}},
 			map[string]any{"resourceType": "Binary", "readonly": true},
 			map[string]any{"resourceType": "Bot", "criteria": "Bot?name=nobody"},
@@ -248,8 +250,28 @@ func newWorld(t *testing.T, s *servertest.Server) *world {
 	for _, typ := range []string{"ClientApplication", "User", "ProjectMembership", "Project", "Bot"} {
 		ok(t, "language of "+typ, w.super.Do("PATCH", "fhir/R4/"+typ+"/"+w.targets[typ], `[{"op":"add","path":"/language","value":"fr"}]`, jp), 200)
 	}
+
+	// What only super admins set, and what nobody reads.
+	ok(t, "super admin's project fields", w.super.Do("PATCH", "fhir/R4/Project/"+w.project, `[
+		{"op":"add","path":"/systemSecret","value":[{"name":"k","valueString":"`+systemSecretValue+`"}]},
+		{"op":"add","path":"/features","value":["bots"]},
+		{"op":"add","path":"/systemSetting","value":[{"name":"s","valueString":"v"}]}]`, jp), 200)
+	ok(t, "bot timeout", w.super.Do("PATCH", "fhir/R4/Bot/"+w.botID, `[{"op":"add","path":"/timeout","value":10}]`, jp), 200)
+	if _, err := s.Store.Update(context.Background(), store.AllProjects, "User", w.userID, store.Write{Author: fhir.Reference{Reference: "system"}},
+		func(u fhir.Resource) (fhir.Resource, error) { u["passwordHash"] = passwordHashValue; return u, nil }); err != nil {
+		t.Fatal(err)
+	}
+	w.vip = str(ok(t, "vip patient", a.Do("POST", "fhir/R4/Patient", map[string]any{"resourceType": "Patient", "name": []any{map[string]any{"family": "vip"}},
+		"gender": "male", "birthDate": "1900-01-01", "telecom": []any{map[string]any{"system": "phone", "value": vipPhone}}}, ""), 201), "id")
 	return w
 }
+
+// Values the field tests look for in answers that must not show them.
+const (
+	systemSecretValue = "system-secret-value-42"
+	passwordHashValue = "$2a$10$not-a-real-hash-but-secret"
+	vipPhone          = "555-0199-vip"
+)
 
 // actorFor is the actor of a role in w, over HTTP or through the service.
 func (w *world) actorFor(t *testing.T, role string, viaHTTP bool) actor {
