@@ -167,7 +167,8 @@ backend sandbot
   balance roundrobin
   option httpchk GET /readyz
   http-check expect status 200
-  default-server inter 200ms fastinter 100ms downinter 200ms fall 1 rise 2 source 127.0.0.2
+  timeout check 1s
+  default-server inter 200ms fastinter 100ms downinter 200ms fall 2 rise 2 source 127.0.0.2
 CFG
     for n in $(seq 1 $REPLICAS); do
       api="SANDBOT_REPLICA${n}_API" ops="SANDBOT_REPLICA${n}_OPS"
