@@ -149,14 +149,13 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	signal.Notify(signals, syscall.SIGTERM, syscall.SIGINT)
 	defer signal.Stop(signals)
 
-	st, err := sqlstore.Open(ctx, cfg.storeURL(), sqlstore.Options{Logger: log, Migrate: true})
+	reg := prometheus.NewRegistry()
+	st, err := sqlstore.Open(ctx, cfg.storeURL(), sqlstore.Options{Logger: log, Migrate: true, Registerer: reg})
 	if err != nil {
 		log.Error("store unavailable", "err", err)
 		return 1
 	}
 	defer st.Close()
-
-	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		collectors.NewDBStatsCollector(st.DB(), string(st.Dialect())))
 

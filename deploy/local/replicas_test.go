@@ -409,6 +409,16 @@ func TestRevocationReachesEveryReplica(t *testing.T) {
 		t.Errorf("another login of the same client was refused too: %d", st)
 	}
 
+	// The other replicas heard of these changes by notification, not by
+	// the poll.
+	for _, r := range others {
+		delivered, listening := feedState(t, r)
+		t.Logf("FIGURE change feed of replica %d: %v delivered, notification connection up: %v", r+1, delivered, listening)
+		if delivered["notification"] == 0 || !listening {
+			t.Errorf("replica %d: changes delivered %v, listening %v: notifications are not arriving", r+1, delivered, listening)
+		}
+	}
+
 	// Deletion of a ClientApplication ends its tokens everywhere, the
 	// deleting replica included.
 	rounds(t, "client deletion", n, func(i int) time.Duration {
@@ -442,6 +452,23 @@ func deployBot(t *testing.T, p *project, base, name string, wasm []byte) (string
 	start := time.Now()
 	must(t, send(client, "POST", base+"fhir/R4/Bot/"+id+"/$deploy", p.owner, wasm, "application/wasm"), 200, "deploy")
 	return id, time.Since(start)
+}
+
+var (
+	deliveredLine = regexp.MustCompile(`(?m)^sandbot_store_changes_delivered_total\{how="(\w+)"\} (\d+)$`)
+	listeningLine = regexp.MustCompile(`(?m)^sandbot_store_change_notifications_connected (\d+)$`)
+)
+
+// feedState is how replica r's change feed has delivered changes, and
+// whether its notification connection is up.
+func feedState(t *testing.T, r int) (map[string]int, bool) {
+	a := must(t, send(client, "GET", topo.ops[r]+"metrics", "", nil, ""), 200, "metrics")
+	out := map[string]int{}
+	for _, m := range deliveredLine.FindAllSubmatch(a.body, -1) {
+		out[string(m[1])], _ = strconv.Atoi(string(m[2]))
+	}
+	m := listeningLine.FindSubmatch(a.body)
+	return out, m != nil && string(m[1]) == "1"
 }
 
 var warmedLine = regexp.MustCompile(`(?m)^sandbot_bot_modules_warmed_total\{result="(\w+)"\} (\d+)$`)
@@ -698,6 +725,16 @@ func TestDatabaseRestartUnderWrites(t *testing.T) {
 		t.Logf("FIGURE restart -m %s: ledger diff: %d of %d acknowledged writes missing", mode, len(missing), len(l.ledger))
 		if len(missing) > 0 {
 			t.Errorf("restart -m %s: acknowledged writes not in the database: %v", mode, missing)
+		}
+	}
+	// Every replica's notification connection came back by itself.
+	for r := 0; r < 3; r++ {
+		deadline := time.Now().Add(10 * time.Second)
+		for _, up := feedState(t, r); !up; _, up = feedState(t, r) {
+			if time.Now().After(deadline) {
+				t.Fatalf("replica %d: the change notification connection is not back 10 s after the restarts", r+1)
+			}
+			time.Sleep(50 * time.Millisecond)
 		}
 	}
 	if now := replicaPIDs(t); fmt.Sprint(now) != fmt.Sprint(pids) {

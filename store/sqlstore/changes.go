@@ -12,6 +12,7 @@ import (
 
 	"github.com/jmoiron/sqlx"
 	"github.com/lib/pq"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/sandbot/sandbot/store"
 )
@@ -52,10 +53,11 @@ const (
 )
 
 type changeFeed struct {
-	store *Store
-	url   string
-	poll  time.Duration
-	log   *slog.Logger
+	store   *Store
+	url     string
+	poll    time.Duration
+	log     *slog.Logger
+	metrics feedMetrics
 	// counter is SQLite's shared change counter (nil for PostgreSQL, or
 	// when the counter file could not be mapped).
 	counter *uint64
@@ -71,6 +73,30 @@ type changeFeed struct {
 	applied int64
 	// failing is set while reading the table fails, to log once per outage.
 	failing bool
+}
+
+// feedMetrics say how changes arrive: a replica that hears of other
+// replicas' changes only by reading the table has lost its notifications.
+type feedMetrics struct {
+	delivered *prometheus.CounterVec
+	listening prometheus.Gauge
+}
+
+func newFeedMetrics(reg prometheus.Registerer) feedMetrics {
+	m := feedMetrics{
+		delivered: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sandbot_store_changes_delivered_total",
+			Help: "Changes of cached resource types delivered to this process's caches, by how they arrived: commit (made here), notification (PostgreSQL NOTIFY), read (from the changes table: a missed notification, a reconnection, the poll, or SQLite).",
+		}, []string{"how"}),
+		listening: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "sandbot_store_change_notifications_connected",
+			Help: "1 while the PostgreSQL connection that listens for change notifications is up (0 on SQLite, or while it reconnects: changes then arrive by the poll).",
+		}),
+	}
+	if reg != nil {
+		reg.MustRegister(m.delivered, m.listening)
+	}
+	return m
 }
 
 // Subscribe implements store.Store.
@@ -138,13 +164,20 @@ func (f *changeFeed) listenLoop(stop <-chan struct{}, done chan<- struct{}) {
 	defer close(done)
 	l := pq.NewListener(f.url, 50*time.Millisecond, 2*time.Second, func(ev pq.ListenerEventType, err error) {
 		switch ev {
+		case pq.ListenerEventConnected:
+			f.metrics.listening.Set(1)
 		case pq.ListenerEventDisconnected:
+			f.metrics.listening.Set(0)
 			f.log.Warn("change feed: notification connection lost; polling until it is back", "err", err)
 		case pq.ListenerEventReconnected:
+			f.metrics.listening.Set(1)
 			f.log.Info("change feed: notification connection back")
 		}
 	})
-	defer l.Close()
+	defer func() {
+		l.Close()
+		f.metrics.listening.Set(0)
+	}()
 	listening := make(chan error, 1)
 	go func() { listening <- l.Listen(changeChannel) }()
 	tick := time.NewTicker(f.pollInterval(postgresChangePoll))
@@ -168,7 +201,7 @@ func (f *changeFeed) listenLoop(stop <-chan struct{}, done chan<- struct{}) {
 			}
 			if c, ok := parseChange(n.Extra); ok && f.applied >= 0 && c.Seq == f.applied+1 {
 				f.applied = c.Seq
-				f.deliver([]store.Change{c})
+				f.deliver("notification", []store.Change{c})
 				continue
 			}
 			f.fetch()
@@ -252,7 +285,7 @@ func (f *changeFeed) fetch() {
 			out = append([]store.Change{{Seq: out[0].Seq - 1}}, out...)
 		}
 		f.applied = out[len(out)-1].Seq
-		f.deliver(out)
+		f.deliver("read", out)
 		if len(rows) < changeBatch {
 			return
 		}
@@ -268,10 +301,12 @@ func (f *changeFeed) prune() {
 	}
 }
 
-func (f *changeFeed) deliver(changes []store.Change) {
+// deliver hands changes to the subscribers; how says how they arrived.
+func (f *changeFeed) deliver(how string, changes []store.Change) {
 	if len(changes) == 0 {
 		return
 	}
+	f.metrics.delivered.WithLabelValues(how).Add(float64(len(changes)))
 	f.mu.Lock()
 	subs := make([]func([]store.Change), 0, len(f.subs))
 	for _, fn := range f.subs {
@@ -292,7 +327,7 @@ func (f *changeFeed) committed(changes []store.Change) {
 	if f.counter != nil {
 		atomic.AddUint64(f.counter, 1)
 	}
-	f.deliver(changes)
+	f.deliver("commit", changes)
 }
 
 // recordChanges writes, in the transaction about to commit, a changes row

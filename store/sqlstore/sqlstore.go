@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/jmoiron/sqlx"
+	"github.com/prometheus/client_golang/prometheus"
 	_ "github.com/lib/pq"  // PostgreSQL driver
 	_ "modernc.org/sqlite" // SQLite driver
 
@@ -102,6 +103,8 @@ type Options struct {
 	// counters). It bounds how late a change whose notification was lost
 	// is seen.
 	ChangePollInterval time.Duration
+	// Registerer receives the change feed's metrics; nil registers none.
+	Registerer prometheus.Registerer
 }
 
 // DialectOf tells which dialect a database URL selects: a postgres:// or
@@ -170,7 +173,7 @@ func Open(ctx context.Context, databaseURL string, opts Options) (*Store, error)
 		db.SetMaxIdleConns(16)
 	}
 	s := &Store{db: db, dialect: dialect, q: db, log: log, now: time.Now, prepared: &preparedStmts{}, rateSwept: new(atomic.Int64)}
-	s.feed = &changeFeed{store: s, url: databaseURL, poll: opts.ChangePollInterval, log: log}
+	s.feed = &changeFeed{store: s, url: databaseURL, poll: opts.ChangePollInterval, log: log, metrics: newFeedMetrics(opts.Registerer)}
 	pingCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	if err := db.PingContext(pingCtx); err != nil {
