@@ -148,9 +148,23 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	signals := make(chan os.Signal, 2)
 	signal.Notify(signals, syscall.SIGTERM, syscall.SIGINT)
 	defer signal.Stop(signals)
+	// A signal during start-up (migrations waiting for another replica's
+	// lock, a database slow to answer) stops it; once the server listens,
+	// signals start the shutdown below instead.
+	started := make(chan struct{})
+	startCtx, cancelStart := context.WithCancel(ctx)
+	defer cancelStart()
+	go func() {
+		select {
+		case sig := <-signals:
+			cancelStart()
+			signals <- sig // for the shutdown, should start-up have finished
+		case <-started:
+		}
+	}()
 
 	reg := prometheus.NewRegistry()
-	st, err := sqlstore.Open(ctx, cfg.storeURL(), sqlstore.Options{Logger: log, Migrate: true, Registerer: reg})
+	st, err := sqlstore.Open(startCtx, cfg.storeURL(), sqlstore.Options{Logger: log, Migrate: true, Registerer: reg})
 	if err != nil {
 		log.Error("store unavailable", "err", err)
 		return 1
@@ -159,7 +173,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		collectors.NewDBStatsCollector(st.DB(), string(st.Dialect())))
 
-	rt, err := runtime.New(ctx, runtime.Config{
+	rt, err := runtime.New(startCtx, runtime.Config{
 		CacheDir:   filepath.Join(cfg.DataDir, "wasm-cache"),
 		Limits:     cfg.Limits,
 		Registerer: reg,
@@ -172,7 +186,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	defer rt.Close(context.WithoutCancel(ctx))
 
-	srv, err := server.New(ctx, server.Config{
+	srv, err := server.New(startCtx, server.Config{
 		BaseURL:           cfg.BaseURL,
 		AdminClientID:     cfg.AdminClientID,
 		AdminClientSecret: cfg.AdminClientSecret,
@@ -213,6 +227,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	go func() { errc <- ops.Serve(opsLis) }()
 	log.Info("sandbot listening", "api", apiLis.Addr().String(), "ops", opsLis.Addr().String(),
 		"base_url", cfg.BaseURL, "store", st.Dialect(), "version", buildVersion())
+	close(started)
 
 	var sig os.Signal
 	select {
