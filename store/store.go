@@ -1,6 +1,7 @@
 // Package store defines sandbot's storage contract: versioned FHIR resources
-// walled into projects, their search index, and a small key-value space for
-// server secrets. The one implementation lives in store/sqlstore (PostgreSQL
+// walled into projects, their search index, a small key-value space for
+// server secrets, the change feed that tells every process (replica) on the
+// database what changed, and counters they share. The one implementation lives in store/sqlstore (PostgreSQL
 // and SQLite); store/storetest is the conformance suite every backend passes.
 package store
 

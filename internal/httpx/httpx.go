@@ -1,7 +1,8 @@
 // Package httpx is sandbot's HTTP plumbing: the one place where errors become
-// statuses and OperationOutcomes, request ids, panic recovery, access logs
-// (which never carry bodies: they are patient data), request metrics and body
-// size limits.
+// statuses and OperationOutcomes (a database that cannot be reached is a 503
+// with Retry-After), request ids, panic recovery, access logs (which never
+// carry bodies: they are patient data), request metrics, body size limits,
+// and the client's address behind trusted proxies.
 package httpx
 
 import (
