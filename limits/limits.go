@@ -80,6 +80,11 @@ type Limits struct {
 	ModuleGlobals       int64
 	ModuleDataSegments  int64
 
+	// BundleEntries bounds the entries of a batch or transaction Bundle
+	// (each entry is a request of its own; the body is bounded by
+	// JSONBodyBytes too).
+	BundleEntries int64
+
 	// AuthRequestsPerMinute is how many /auth/* and /oauth2/* requests a
 	// client IP may make per minute; negative means no limit.
 	AuthRequestsPerMinute int64
@@ -122,6 +127,8 @@ func Default() Limits {
 		ModuleTypeArity:      128,
 		ModuleGlobals:        10_000,
 		ModuleDataSegments:   100_000,
+
+		BundleEntries: 1000,
 
 		AuthRequestsPerMinute: 160, // the reference's strict auth limit
 		AuthBodyBytes:         64 << 10,
@@ -166,6 +173,7 @@ func (l Limits) WithDefaults() Limits {
 	set(&l.ModuleTypeArity, d.ModuleTypeArity)
 	set(&l.ModuleGlobals, d.ModuleGlobals)
 	set(&l.ModuleDataSegments, d.ModuleDataSegments)
+	set(&l.BundleEntries, d.BundleEntries)
 	set(&l.AuthRequestsPerMinute, d.AuthRequestsPerMinute)
 	set(&l.AuthBodyBytes, d.AuthBodyBytes)
 	return l
@@ -198,6 +206,8 @@ func Settings() []Setting {
 			Min: 1 << 10, Max: 1 << 30, Field: func(l *Limits) *int64 { return &l.TextBodyBytes }},
 		{Env: "SANDBOT_MAX_MODULE_BYTES", Flag: "max-module-bytes", Usage: "largest bot module",
 			Min: 1 << 10, Max: 1 << 30, Field: func(l *Limits) *int64 { return &l.ModuleBytes }},
+		{Env: "SANDBOT_MAX_BUNDLE_ENTRIES", Flag: "max-bundle-entries", Usage: "most entries of a batch or transaction Bundle",
+			Min: 1, Max: 100_000, Field: func(l *Limits) *int64 { return &l.BundleEntries }},
 		{Env: "SANDBOT_BOT_MEMORY_BYTES", Flag: "bot-memory-bytes", Usage: "bot linear memory limit",
 			Min: 1 << 16, Max: 4 << 30, Field: func(l *Limits) *int64 { return &l.BotMemoryBytes }},
 		{Env: "SANDBOT_BOT_OUTPUT_BYTES", Flag: "bot-output-bytes", Usage: "largest bot result",

@@ -123,6 +123,8 @@ func (h *Handler) Register(r *mux.Router) {
 	}
 	h.registerBots(api)
 	h.definitionRoutes(api)
+	api.HandleFunc("", h.bundle).Methods(http.MethodPost)
+	api.HandleFunc("/", h.bundle).Methods(http.MethodPost)
 	for _, rt := range restRoutes {
 		api.HandleFunc(rt.path, h.serve).Methods(rt.methods...)
 	}
