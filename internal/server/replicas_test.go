@@ -154,6 +154,17 @@ func TestReplicasShareOneTruth(t *testing.T) {
 			if st := tokenStatus(two, "198.51.100.8"); st == 429 {
 				t.Error("another client behind the same proxy shares the budget")
 			}
+			// Once refused, an address is refused by that replica without
+			// a store write until its window ends: 30 allowed and one
+			// refused per replica were counted, the 10 below are not.
+			for i := 0; i < 10; i++ {
+				if st := tokenStatus(one, "198.51.100.7"); st != 429 {
+					t.Fatalf("refused address answered %d", st)
+				}
+			}
+			if n, _, err := one.Store.CountHit(ctx, "auth 198.51.100.7", time.Minute); err != nil || n != 33 {
+				t.Errorf("hits counted in the store: %d (%v), want 33: refused requests kept writing", n, err)
+			}
 		})
 	}
 }
