@@ -82,3 +82,37 @@ func TestCredentialsDieWithTheirOwner(t *testing.T) {
 		}
 	})
 }
+
+// TestDeletedUserAndBotLoseTheirMemberships: a User or a Bot deleted through
+// FHIR takes its memberships with it, in the same transaction.
+func TestDeletedUserAndBotLoseTheirMemberships(t *testing.T) {
+	servertest.ForEachBackend(t, func(t *testing.T, s *servertest.Server) {
+		su := s.SuperAdmin(t)
+		pa := s.NewProject(t, "owners")
+		inv := pa.Do("POST", "admin/projects/"+pa.ProjectID+"/invite", map[string]any{"resourceType": "Patient",
+			"firstName": "Pat", "lastName": "Q", "email": "pat-" + pa.ProjectID[:8] + "@example.com", "sendEmail": false}, "application/json")
+		if inv.Status != 200 {
+			t.Fatalf("invite: %d %s", inv.Status, inv.Body)
+		}
+		user := str(inv.JSON(), "user", "reference")
+		bot := pa.Do("POST", "admin/projects/"+pa.ProjectID+"/bot", map[string]any{"name": "b"}, "application/json")
+		if bot.Status != 201 {
+			t.Fatalf("bot: %d %s", bot.Status, bot.Body)
+		}
+		for _, owner := range []struct {
+			ref     string
+			deleter *servertest.Client
+		}{{user, su}, {"Bot/" + str(bot.JSON(), "id"), pa}} {
+			mids := entryIDs(t, pa.Do("GET", "fhir/R4/ProjectMembership?user="+owner.ref, nil, ""))
+			if len(mids) != 1 {
+				t.Fatalf("memberships of %s: %v", owner.ref, mids)
+			}
+			if r := owner.deleter.Do("DELETE", "fhir/R4/"+owner.ref, nil, ""); r.Status != 200 {
+				t.Fatalf("delete %s: %d %s", owner.ref, r.Status, r.Body)
+			}
+			if r := pa.Do("GET", "fhir/R4/ProjectMembership/"+mids[0], nil, ""); r.Status != 410 {
+				t.Errorf("membership of the deleted %s: %d, want 410", owner.ref, r.Status)
+			}
+		}
+	})
+}

@@ -5,18 +5,18 @@ import (
 	"context"
 	"encoding/base64"
 	"encoding/json"
-	"mime"
 	"net/url"
 	"strings"
 
 	"github.com/sandbot/sandbot/fhir"
 	"github.com/sandbot/sandbot/fhir/definitions"
+	"github.com/sandbot/sandbot/internal/mediatype"
 	"github.com/sandbot/sandbot/internal/principal"
 	"github.com/sandbot/sandbot/store"
 )
 
 // FHIRJSON is the content type of FHIR JSON answers.
-const FHIRJSON = "application/fhir+json; charset=utf-8"
+const FHIRJSON = mediatype.FHIRJSON
 
 // httpDate is the format of Last-Modified (RFC 7231 IMF-fixdate).
 const httpDate = "Mon, 02 Jan 2006 15:04:05 GMT"
@@ -74,7 +74,7 @@ type Response struct {
 // limit for a raw Binary upload, the JSON limit otherwise. HTTP reads bodies
 // with it.
 func (s *Service) BodyLimit(method, rawURL, contentType string) int64 {
-	if strings.EqualFold(method, "POST") && !isJSON(mediaType(contentType)) {
+	if strings.EqualFold(method, "POST") && !mediatype.IsJSON(mediatype.Of(contentType)) {
 		if segs, _, err := splitURL(rawURL); err == nil && len(segs) == 1 && segs[0] == "Binary" {
 			return s.lim.ModuleBytes
 		}
@@ -155,7 +155,7 @@ func (s *Service) do(ctx context.Context, p *principal.Principal, req *Request) 
 		if err := authorizeID(p, typ, segs[1], OpUpdate); err != nil {
 			return nil, err
 		}
-		if mediaType(req.ContentType) != mediaJSONPatch {
+		if mediatype.Of(req.ContentType) != mediaJSONPatch {
 			return nil, fhir.Errorf(fhir.EUnsupportedMedia, "Unsupported media type")
 		}
 		ops, err := DecodePatch(req.Body)
@@ -186,7 +186,7 @@ func (s *Service) do(ctx context.Context, p *principal.Principal, req *Request) 
 
 // searchQuery is the query of a search: the URL's, and a POST's form body.
 func searchQuery(rawQuery string, req *Request) string {
-	if mediaType(req.ContentType) != mediaForm || len(req.Body) == 0 {
+	if mediatype.Of(req.ContentType) != mediaForm || len(req.Body) == 0 {
 		return rawQuery
 	}
 	if rawQuery != "" {
@@ -222,7 +222,7 @@ func (s *Service) doCreate(ctx context.Context, p *principal.Principal, typ stri
 	}
 	var res fhir.Resource
 	var err error
-	if typ == "Binary" && !isJSON(mediaType(req.ContentType)) {
+	if typ == "Binary" && !mediatype.IsJSON(mediatype.Of(req.ContentType)) {
 		res = rawBinary(req, rawQuery)
 	} else if res, err = jsonBody(req, typ); err != nil {
 		return nil, err
@@ -249,7 +249,7 @@ func rawBinary(req *Request, rawQuery string) fhir.Resource {
 
 // jsonBody parses a JSON resource body; typ, when set, is the type it must have.
 func jsonBody(req *Request, typ string) (fhir.Resource, error) {
-	if !isJSON(mediaType(req.ContentType)) {
+	if !mediatype.IsJSON(mediatype.Of(req.ContentType)) {
 		return nil, fhir.Errorf(fhir.EUnsupportedMedia, "Unsupported media type")
 	}
 	return parseBody(req.Body, typ)
@@ -390,22 +390,4 @@ func ifMatch(v string) string {
 // Binary rather than its content.
 func wantsJSON(accept string) bool {
 	return strings.Contains(accept, "fhir+json") || strings.Contains(accept, "application/json")
-}
-
-// mediaType is a content type without parameters, lower-cased.
-func mediaType(ct string) string {
-	if ct == "" {
-		return ""
-	}
-	mt, _, err := mime.ParseMediaType(ct)
-	if err != nil {
-		return strings.ToLower(strings.TrimSpace(strings.Split(ct, ";")[0]))
-	}
-	return mt
-}
-
-// isJSON reports whether a media type is JSON: application/json or any
-// application/*+json.
-func isJSON(mt string) bool {
-	return mt == "application/json" || (strings.HasPrefix(mt, "application/") && strings.HasSuffix(mt, "+json"))
 }

@@ -39,9 +39,9 @@
 // what the principal may not see and refuses what it may not change (403
 // naming the field, whatever the method); a patch runs on the resource as the
 // principal sees it, so that a hidden field can be neither tested, copied nor
-// moved. Deleting a ClientApplication or a Bot deletes its memberships in the
-// same transaction: its tokens and secret stop working at once (caches learn
-// of it through the store's change feed).
+// moved. Deleting a ClientApplication, a Bot or a User deletes its
+// memberships in the same transaction: its tokens and secret stop working at
+// once (caches learn of it through the store's change feed).
 //
 // Use-cases that write on their own terms (the admin API's memberships) apply
 // the table with ApplyFieldRules and answer through Present.

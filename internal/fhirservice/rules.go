@@ -120,11 +120,13 @@ var Rules = []Rule{
 	{Type: "ProjectMembership", Roles: Member, Deny: OpAll},
 	{Type: "User", Roles: Member, Deny: OpAll},
 	{Type: "UserSecurityRequest", Roles: Member, Deny: OpAll},
+	{Type: "PasswordChangeRequest", Roles: Member, Deny: OpAll},
 	{Type: "Project", Roles: ProjectAdmin, Deny: OpCreate | OpDelete},
 	{Type: "ProjectMembership", Roles: ProjectAdmin, Deny: OpWrite,
 		Message: "Project admins change memberships through /admin/projects/{projectId}/members/{membershipId} and invite through /admin/projects/{projectId}/invite"},
 	{Type: "User", Roles: ProjectAdmin, Deny: OpWrite, Message: "A User can only be changed by the user themself"},
 	{Type: "UserSecurityRequest", Roles: ProjectAdmin, Deny: OpWrite},
+	{Type: "PasswordChangeRequest", Roles: ProjectAdmin, Deny: OpWrite},
 
 	// A bot changes neither its project, the policies, any membership (its
 	// own included) nor any Bot's limits or code.
@@ -162,6 +164,7 @@ var Rules = []Rule{
 	{Type: "Login", Field: "codeChallenge", Roles: Everyone, Access: Hidden},
 	{Type: "Login", Field: "refreshSecret", Roles: Everyone, Access: Hidden},
 	{Type: "UserSecurityRequest", Field: "secret", Roles: Everyone, Access: Hidden},
+	{Type: "PasswordChangeRequest", Field: "secret", Roles: Everyone, Access: Hidden},
 
 	// What the server keeps for itself on every resource.
 	{Type: "*", Field: "meta.versionId", Roles: Everyone, Access: Managed},
@@ -263,7 +266,7 @@ func authorizeType(p *principal.Principal, typ string, op Op) error {
 // adminTypes are the project-administration types: the role rows decide
 // them alone, never an access policy (a "*" entry does not grant them).
 var adminTypes = map[string]bool{
-	"AccessPolicy": true, "Project": true, "ProjectMembership": true, "User": true, "UserSecurityRequest": true,
+	"AccessPolicy": true, "Project": true, "ProjectMembership": true, "User": true, "UserSecurityRequest": true, "PasswordChangeRequest": true,
 	"Login": true, "JsonWebKey": true, "DomainConfiguration": true,
 }
 

@@ -430,9 +430,9 @@ func applyPatch(cur fhir.Resource, ops jsonpatch.Patch) (fhir.Resource, error) {
 
 // Delete deletes typ/id (deleting a deleted resource succeeds). What a
 // credential belongs to takes the credential with it, in the same
-// transaction: a ClientApplication's or a Bot's memberships are deleted, so
-// that no token or secret of it works any more (the store's change feed
-// tells every cache).
+// transaction: a ClientApplication's, a Bot's or a User's memberships are
+// deleted, so that no token or secret of it works any more (the store's
+// change feed tells every cache).
 func (s *Service) Delete(ctx context.Context, p *principal.Principal, typ, id, ifMatch string) error {
 	if err := authorizeID(p, typ, id, OpDelete); err != nil {
 		return err
@@ -460,7 +460,7 @@ func (s *Service) Delete(ctx context.Context, p *principal.Principal, typ, id, i
 
 // credentialTypes are the resource types whose deletion deletes the
 // memberships they log in with.
-var credentialTypes = map[string]bool{"ClientApplication": true, "Bot": true}
+var credentialTypes = map[string]bool{"ClientApplication": true, "Bot": true, "User": true}
 
 func deleteCredentials(ctx context.Context, tx store.Store, p *principal.Principal, typ, id string) error {
 	if !credentialTypes[typ] {

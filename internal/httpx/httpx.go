@@ -12,11 +12,9 @@ import (
 	"errors"
 	"io"
 	"log/slog"
-	"mime"
 	"net/http"
 	"regexp"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/google/uuid"
@@ -24,11 +22,12 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/sandbot/sandbot/fhir"
+	"github.com/sandbot/sandbot/internal/mediatype"
 	"github.com/sandbot/sandbot/store"
 )
 
 // FHIRJSON is the content type of FHIR answers.
-const FHIRJSON = "application/fhir+json; charset=utf-8"
+const FHIRJSON = mediatype.FHIRJSON
 
 type ctxKey int
 
@@ -153,23 +152,11 @@ func ReadJSONObject(r *http.Request, limit int64) (map[string]any, error) {
 }
 
 // MediaType is the request's media type without parameters, lower-cased.
-func MediaType(r *http.Request) string {
-	ct := r.Header.Get("Content-Type")
-	if ct == "" {
-		return ""
-	}
-	mt, _, err := mime.ParseMediaType(ct)
-	if err != nil {
-		return strings.ToLower(strings.TrimSpace(strings.Split(ct, ";")[0]))
-	}
-	return mt
-}
+func MediaType(r *http.Request) string { return mediatype.Of(r.Header.Get("Content-Type")) }
 
 // IsJSON reports whether a media type is JSON: application/json or any
 // application/*+json.
-func IsJSON(mt string) bool {
-	return mt == "application/json" || (strings.HasPrefix(mt, "application/") && strings.HasSuffix(mt, "+json"))
-}
+func IsJSON(mt string) bool { return mediatype.IsJSON(mt) }
 
 // statusRecorder remembers the status written.
 type statusRecorder struct {
