@@ -96,7 +96,7 @@ func ApplyFieldRules(p *principal.Principal, typ string, cur, next fhir.Resource
 // adds for its own answers): for use-cases that answer with records they
 // wrote themselves.
 func Present(p *principal.Principal, rec *store.Record) (json.RawMessage, error) {
-	return presentJSON(rec, hiddenOf(rulesFor(p, rec.ResourceType).fields))
+	return presentJSON(rec, rulesFor(p, rec.ResourceType).hidden)
 }
 
 // presentJSON is rec's JSON without the hidden fields of rules.

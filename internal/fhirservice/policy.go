@@ -128,26 +128,21 @@ func entriesFor(ctx context.Context, st store.Store, p *principal.Principal, typ
 	return out, nil
 }
 
-// readRules are, for each id, the hidden fields of what p reads of it: the
-// table's, and those of the first policy entry the resource falls under.
-func (s *Service) readRules(ctx context.Context, st store.Store, p *principal.Principal, typ string, ids []string) (map[string][]fieldRule, error) {
-	table := hiddenOf(rulesFor(p, typ).fields)
-	out := make(map[string][]fieldRule, len(ids))
+// readRules gives, for each of ids, the hidden fields of what p reads of
+// it: the table's, and those of the first policy entry the resource falls
+// under. Without policy fields (the usual case) it is the table's for all,
+// found without a query or an allocation.
+func (s *Service) readRules(ctx context.Context, st store.Store, p *principal.Principal, typ string, ids []string) (func(id string) []fieldRule, error) {
+	table := rulesFor(p, typ).hidden
 	entries := fieldEntries(p, typ, false)
 	if entries == nil {
-		for _, id := range ids {
-			out[id] = table
-		}
-		return out, nil
+		return func(string) []fieldRule { return table }, nil
 	}
 	matched, err := entriesFor(ctx, st, p, typ, ids, entries)
 	if err != nil {
 		return nil, err
 	}
-	for _, id := range ids {
-		out[id] = hiddenOf(withPolicy(table, matched[id]))
-	}
-	return out, nil
+	return func(id string) []fieldRule { return hiddenOf(withPolicy(table, matched[id])) }, nil
 }
 
 // policyWriteRules are the field rules of the first writable policy entry

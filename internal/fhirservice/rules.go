@@ -188,6 +188,8 @@ type ruleSet struct {
 	deny    Op
 	message map[Op]string
 	fields  []fieldRule
+	// hidden are the Hidden ones among fields.
+	hidden []fieldRule
 }
 
 type ruleKey struct {
@@ -240,6 +242,7 @@ func compileRules(typ string, roles Role) *ruleSet {
 		byPath[r.Field] = len(rs.fields)
 		rs.fields = append(rs.fields, fieldRule{path: r.Field, parts: splitPath(r.Field), access: r.Access})
 	}
+	rs.hidden = hiddenOf(rs.fields)
 	return rs
 }
 

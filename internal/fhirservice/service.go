@@ -158,7 +158,7 @@ func (s *Service) History(ctx context.Context, p *principal.Principal, typ, id s
 		return nil, err
 	}
 	for i := range recs {
-		if recs[i].JSON, err = presentJSON(&recs[i], rules[id]); err != nil {
+		if recs[i].JSON, err = presentJSON(&recs[i], rules(id)); err != nil {
 			return nil, err
 		}
 	}
@@ -195,7 +195,7 @@ func (s *Service) Search(ctx context.Context, p *principal.Principal, req *fhir.
 	}
 	for i := range res.Records {
 		rec := &res.Records[i]
-		if rec.JSON, err = presentJSON(rec, rules[rec.ID]); err != nil {
+		if rec.JSON, err = presentJSON(rec, rules(rec.ID)); err != nil {
 			return nil, err
 		}
 	}
@@ -489,7 +489,7 @@ func (s *Service) present(ctx context.Context, p *principal.Principal, rec *stor
 		return nil, err
 	}
 	out := *rec
-	if out.JSON, err = presentJSON(rec, rules[rec.ID]); err != nil {
+	if out.JSON, err = presentJSON(rec, rules(rec.ID)); err != nil {
 		return nil, err
 	}
 	return &out, nil
