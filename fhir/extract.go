@@ -83,7 +83,14 @@ func Extract(r Resource) []IndexValue {
 	var out []IndexValue
 	for _, p := range IndexedParams(r.Type()) {
 		var seen map[IndexValue]bool
-		for _, node := range p.path.Eval(r) {
+		nodes := p.path.Eval(r)
+		if p.Single && len(nodes) > 1 {
+			// A parameter of one value per resource keeps one even when a
+			// resource breaks its definition's cardinality: the store's
+			// counts rely on it.
+			nodes = nodes[:1]
+		}
+		for _, node := range nodes {
 			for _, v := range valuesOf(p, node) {
 				v.Code = p.Code
 				v.Kind = KindOf(p.Type)

@@ -51,6 +51,10 @@ type SearchParamDef struct {
 	// Single is set when every resource has at most one value (a path of
 	// elements of cardinality ..1): a count needs no DISTINCT.
 	Single bool
+	// Counted is set on a Single token whose values come from a small set
+	// (a code or boolean element, a reference's type): the store keeps the
+	// number of resources of each value, so that totals need no count.
+	Counted bool
 }
 
 // SearchParam is one search parameter of one resource type: the part of a
@@ -71,6 +75,9 @@ type SearchParam struct {
 	Column string
 	// Single is set when a resource has at most one value.
 	Single bool
+	// Counted is set when the store keeps the number of resources of each
+	// value (see SearchParamDef.Counted).
+	Counted bool
 
 	path *PathExpr
 }
@@ -110,6 +117,9 @@ func init() {
 			if p.Column == "" {
 				indexedLists[typ] = append(indexedLists[typ], p)
 			}
+			if p.Counted {
+				countedTypes[typ] = true
+			}
 		}
 	}
 }
@@ -145,7 +155,7 @@ func buildParamIndex(defs []SearchParamDef) (map[string]map[string]*SearchParam,
 				continue // a type's own definition wins over Resource's
 			}
 			idx[t][d.Code] = &SearchParam{Code: d.Code, Type: d.Type, ResourceType: t, Expression: d.Expression,
-				Target: d.Target, URL: d.URL, Column: columnParams[d.Code], Single: d.Single, path: expr}
+				Target: d.Target, URL: d.URL, Column: columnParams[d.Code], Single: d.Single, Counted: d.Counted, path: expr}
 		}
 	}
 	return idx, skipped
@@ -156,6 +166,11 @@ func isBaseDef(d SearchParamDef) bool {
 }
 
 var errNoExpression = &Error{Code: EInvalid, Message: "no expression"}
+
+// HasCountedParams reports whether a type has Counted parameters.
+func HasCountedParams(resourceType string) bool { return countedTypes[resourceType] }
+
+var countedTypes = map[string]bool{}
 
 // LookupParam finds the parameter code for a resource type.
 func LookupParam(resourceType, code string) *SearchParam {
@@ -178,13 +193,13 @@ func SearchParamsSkipped() []SkippedParam { return skippedParams }
 // extractVersion is bumped whenever Extract gives other values for the same
 // table (a change of the FHIRPath evaluation or of how values are indexed):
 // the stores then rebuild their index.
-const extractVersion = "1"
+const extractVersion = "2"
 
 var searchIndexVersion = func() string {
 	h := sha256.New()
 	io.WriteString(h, extractVersion)
 	for _, d := range append(append([]SearchParamDef{}, searchParamDefs...), serverParamDefs...) {
-		fmt.Fprintf(h, "\n%s %s %s %v %q %v %v", d.URL, d.Code, d.Type, d.Base, d.Expression, d.Target, d.Single)
+		fmt.Fprintf(h, "\n%s %s %s %v %q %v %v %v", d.URL, d.Code, d.Type, d.Base, d.Expression, d.Target, d.Single, d.Counted)
 	}
 	names := make([]string, 0, len(choiceElements))
 	for n := range choiceElements {

@@ -81,6 +81,9 @@ func (s *Store) reindexAll(ctx context.Context, q sqlx.ExtContext) error {
 			s.log.Info("reindexing search", "resources", n)
 		}
 	}
+	if err := s.rebuildCounts(ctx); err != nil {
+		return err
+	}
 	if err := s.setKeyValue(ctx, q, indexVersionKey, want); err != nil {
 		return err
 	}

@@ -107,6 +107,7 @@ func (s *Store) write(ctx context.Context, res fhir.Resource, id, project string
 	if err := s.reindex(ctx, res, id, project, r.LastUpdated, isNew); err != nil {
 		return nil, err
 	}
+
 	rec := r.record()
 	return &rec, nil
 }
@@ -144,28 +145,56 @@ func (s *Store) clearIndex(ctx context.Context, id string) error {
 
 // reindex replaces the index rows of a resource with those fhir.Extract gives.
 // A new resource has no rows yet (its id was just inserted), so nothing is cleared.
+// The counts (counts.go) change with it: a new resource is one more live
+// one; the values of its Counted parameters move from the old to the new.
 func (s *Store) reindex(ctx context.Context, res fhir.Resource, id, project string, lastUpdated int64, isNew bool) error {
-	if !isNew {
+	var d countDeltas
+	if isNew {
+		d.addLive(res.Type(), project, 1)
+	} else {
+		old, err := s.countedValues(ctx, res.Type(), id)
+		if err != nil {
+			return err
+		}
+		for _, k := range old {
+			d.addValue(k, -1)
+		}
 		if err := s.clearIndex(ctx, id); err != nil {
 			return err
 		}
 	}
 	var idx indexRows
 	idx.add(res, id, project, lastUpdated)
-	return idx.insert(ctx, s)
+	for _, k := range idx.counted {
+		d.addValue(k, 1)
+	}
+	if err := idx.insert(ctx, s); err != nil {
+		return err
+	}
+	return d.apply(ctx, s, id)
 }
 
 // indexRows accumulates the search index rows of one or more resources, so
 // that each index table is written with multi-row INSERTs. Every row carries
 // the resource's last_updated (see migration 0004).
-type indexRows struct{ tokens, strs, dates, nums []any }
+type indexRows struct {
+	tokens, strs, dates, nums []any
+	// counted are the values of Counted parameters among the tokens.
+	counted []countKey
+}
 
 func (x *indexRows) add(res fhir.Resource, id, project string, lastUpdated int64) {
 	typ := res.Type()
+	counted := fhir.HasCountedParams(typ)
 	for _, v := range fhir.Extract(res) {
 		switch v.Kind {
 		case fhir.TokenIndex:
 			x.tokens = append(x.tokens, id, typ, project, v.Code, v.System, v.Value, lastUpdated)
+			if counted {
+				if p := fhir.LookupParam(typ, v.Code); p != nil && p.Counted {
+					x.counted = append(x.counted, countKey{typ, project, v.Code, v.Value})
+				}
+			}
 		case fhir.StringIndex:
 			x.strs = append(x.strs, id, typ, project, v.Code, fhir.NormalizeString(v.Value), v.Value, lastUpdated)
 		case fhir.DateIndex:
@@ -255,7 +284,20 @@ func (s *Store) CreateMany(ctx context.Context, list []fhir.Resource, w store.Wr
 		if err := tx.insertRows(ctx, "resources", rowColumns, 7, rows); err != nil {
 			return err
 		}
-		return idx.insert(ctx, tx)
+		if err := idx.insert(ctx, tx); err != nil {
+			return err
+		}
+		var d countDeltas
+		for _, res := range list {
+			d.addLive(res.Type(), w.Project, 1)
+		}
+		for _, k := range idx.counted {
+			d.addValue(k, 1)
+		}
+		if len(list) == 0 {
+			return nil
+		}
+		return d.apply(ctx, tx, list[0].ID())
 	})
 }
 
@@ -423,9 +465,22 @@ func (s *Store) Delete(ctx context.Context, scope store.Scope, resourceType, id 
 			newID(), now.UnixMicro(), true, "", id); err != nil {
 			return err
 		}
+		var d countDeltas
+		d.addLive(resourceType, r.ProjectID, -1)
+		old, err := tx.countedValues(ctx, resourceType, id)
+		if err != nil {
+			return err
+		}
+		for _, k := range old {
+			d.addValue(k, -1)
+		}
+		if err := d.apply(ctx, tx, id); err != nil {
+			return err
+		}
 		return tx.clearIndex(ctx, id)
 	})
 }
+
 
 // History implements store.Store.
 func (s *Store) History(ctx context.Context, scope store.Scope, resourceType, id string, count, offset int) ([]store.Record, error) {

@@ -244,7 +244,16 @@ func (s *Store) count(ctx context.Context, b *builder, req *fhir.SearchRequest, 
 		return n, nil
 	}
 	base := b.base("r")
-	live := func() (int, error) { return get(`SELECT COUNT(*) FROM resources r WHERE `+base.sql, base.args) }
+	live := func() (int, error) {
+		// The live resources of the type are counted as they are written
+		// (resource_counts, migration 0005).
+		q, args := `SELECT COALESCE(SUM(c.live), 0) FROM resource_counts c WHERE c.resource_type = ?`, []any{b.typ}
+		if b.projects != nil {
+			q += ` AND c.project_id IN (` + placeholders(len(b.projects)) + `)`
+			args = append(args, b.projects...)
+		}
+		return get(q, args)
+	}
 	if len(req.Expr) == 0 && len(req.AnyOf) == 0 {
 		switch {
 		case len(req.Filters) == 0:
@@ -257,6 +266,21 @@ func (s *Store) count(ctx context.Context, b *builder, req *fhir.SearchRequest, 
 				f.Modifier, negated = "", true
 			case f.Modifier == "missing":
 				negated = f.Values[0].Raw == "true"
+			}
+			if vals, ok := countedValues(f); ok {
+				// Kept as they are written (value_counts, migration 0005).
+				q := `SELECT COALESCE(SUM(c.n), 0) FROM value_counts c WHERE c.resource_type = ? AND c.code = ? AND c.value IN (` + placeholders(len(vals)) + `)`
+				args := append([]any{b.typ, f.Param.Code}, vals...)
+				if b.projects != nil {
+					q += ` AND c.project_id IN (` + placeholders(len(b.projects)) + `)`
+					args = append(args, b.projects...)
+				}
+				n, err := get(q, args)
+				if err != nil || !negated {
+					return n, err
+				}
+				all, err := live()
+				return all - n, err
 			}
 			src := b.indexRows(f)
 			// A resource has one row per (code, system, value): rows are
@@ -276,6 +300,22 @@ func (s *Store) count(ctx context.Context, b *builder, req *fhir.SearchRequest, 
 	}
 	all := and(append([]cond{base}, conds...))
 	return get(`SELECT COUNT(*) FROM resources r WHERE `+all.sql, all.args)
+}
+
+// countedValues are the values whose resources value_counts counts, when
+// the filter is one comparison of a Counted parameter.
+func countedValues(f fhir.Filter) ([]any, bool) {
+	if !f.Param.Counted || f.Modifier != "" || f.TargetType != "" {
+		return nil, false
+	}
+	var vals []any
+	for _, v := range f.Values {
+		if v.HasSystem {
+			return nil, false
+		}
+		vals = append(vals, v.Code)
+	}
+	return vals, len(vals) > 0
 }
 
 // scopeClause returns nil for every project, else the allowed project ids.
@@ -393,8 +433,25 @@ func (b *builder) anyOf(groups [][]fhir.Filter, a string) (cond, bool) {
 	return cond{sql: "(" + strings.Join(ors, " OR ") + ")", args: args}, true
 }
 
-// values is the OR of a filter's values, on the index row i.
+// values is the OR of a filter's values, on the index row i. Values that
+// only compare i.value are one IN list: PostgreSQL answers an OR of
+// equalities with a bitmap scan that reads the table, an IN list from the
+// index alone.
 func (b *builder) values(f fhir.Filter) cond {
+	if len(f.Values) > 1 {
+		var in []any
+		for _, v := range f.Values {
+			c := valueCond(f, v)
+			if c.sql != `i.value = ?` {
+				in = nil
+				break
+			}
+			in = append(in, c.args...)
+		}
+		if in != nil {
+			return cond{sql: `i.value IN (` + placeholders(len(in)) + `)`, args: in}
+		}
+	}
 	var ors []string
 	var args []any
 	for _, v := range f.Values {

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/sandbot/sandbot/fhir"
 	"github.com/sandbot/sandbot/store"
 )
 
@@ -221,4 +222,59 @@ func testSearchShapesAgree(t *testing.T, s store.Store) {
 	}
 	expectOrder(t, s, sc, "Patient", "identifier=dup")
 	expectTotal(t, s, sc, "Patient", "identifier:not=dup", 0)
+}
+
+// testTotalsFollowWrites: a type's total follows creates, batches,
+// deletions and rolled-back transactions, in every project scope.
+func testTotalsFollowWrites(t *testing.T, s store.Store) {
+	ctx := context.Background()
+	var ids []string
+	for i := 0; i < 3; i++ {
+		ids = append(ids, mustCreate(t, s, "p1", `{"resourceType":"Flag","status":"active","code":{"text":"x"},"subject":{"reference":"Group/g"}}`).ID)
+	}
+	batch := make([]fhir.Resource, 5)
+	for i := range batch {
+		batch[i] = res(t, `{"resourceType":"Flag","status":"inactive","code":{"text":"x"},"subject":{"reference":"Group/g"}}`)
+	}
+	if err := s.CreateMany(ctx, batch, store.Write{Project: "p1"}); err != nil {
+		t.Fatal(err)
+	}
+	mustCreate(t, s, "p2", `{"resourceType":"Flag","status":"active","code":{"text":"x"},"subject":{"reference":"Group/g"}}`)
+	for _, id := range ids[:2] {
+		if err := s.Delete(ctx, store.ProjectScope("p1"), "Flag", id, store.Write{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := s.Delete(ctx, store.ProjectScope("p1"), "Flag", ids[0], store.Write{}); err != nil { // again: no change
+		t.Fatal(err)
+	}
+	err := s.InTx(ctx, func(tx store.Store) error {
+		if _, err := tx.Create(ctx, res(t, `{"resourceType":"Flag","status":"active","code":{"text":"x"},"subject":{"reference":"Group/g"}}`), store.Write{Project: "p1"}); err != nil {
+			return err
+		}
+		return fmt.Errorf("roll back")
+	})
+	if err == nil {
+		t.Fatal("rollback")
+	}
+	expectTotal(t, s, store.ProjectScope("p1"), "Flag", "", 6)
+	expectTotal(t, s, store.ProjectScope("p1"), "Flag", "status:not=inactive", 1)
+	expectTotal(t, s, store.ProjectScope("p1"), "Flag", "status=inactive,entered-in-error", 5)
+	expectTotal(t, s, store.AllProjects, "Flag", "", 7)
+	expectTotal(t, s, store.Scope{Projects: []string{"p1", "p2"}}, "Flag", "status:not=active", 5)
+	expectTotal(t, s, store.ProjectScope("p3"), "Flag", "", 0)
+	// An update moves a resource from one value's count to another's.
+	if _, err := s.Update(ctx, store.ProjectScope("p1"), "Flag", ids[2], store.Write{}, func(cur fhir.Resource) (fhir.Resource, error) {
+		cur["status"] = "inactive"
+		return cur, nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	expectTotal(t, s, store.ProjectScope("p1"), "Flag", "status=inactive", 6)
+	expectTotal(t, s, store.ProjectScope("p1"), "Flag", "status=active", 0)
+	expectTotal(t, s, store.ProjectScope("p1"), "Flag", "status:not=active", 6)
+	// A resource that breaks its type's cardinality counts once.
+	mustCreate(t, s, "p1", `{"resourceType":"Flag","status":["active","inactive"],"code":{"text":"x"},"subject":{"reference":"Group/g"}}`)
+	expectTotal(t, s, store.ProjectScope("p1"), "Flag", "status:not=active,inactive", 0)
+	expectTotal(t, s, store.ProjectScope("p1"), "Flag", "", 7)
 }

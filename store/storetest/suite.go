@@ -45,6 +45,7 @@ func Run(t *testing.T, newStore func(t *testing.T) store.Store) {
 		{"SearchSortByParameter", testSearchSortByParameter},
 		{"SearchFilterExpressions", testSearchFilterExpressions},
 		{"SearchShapesAgree", testSearchShapesAgree},
+		{"TotalsFollowWrites", testTotalsFollowWrites},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) { tc.fn(t, newStore(t)) })

@@ -51,8 +51,11 @@ type structureDefinition struct {
 	Type     string `json:"type"`
 	Snapshot struct {
 		Element []struct {
-			Path string `json:"path"`
-			Max  string `json:"max"`
+			Path    string `json:"path"`
+			Max     string `json:"max"`
+			Binding struct {
+				Strength string `json:"strength"`
+			} `json:"binding"`
 			Type []struct {
 				Code string `json:"code"`
 			} `json:"type"`
@@ -67,6 +70,7 @@ func generate() ([]byte, error) {
 	}
 	elementTypes := map[string][]string{} // "Patient.active" -> ["boolean"]
 	elementMax := map[string]string{}     // "Patient.active" -> "1"
+	required := map[string]bool{}         // elements bound to a required value set
 	choices := map[string]bool{}
 	for _, r := range set.All("StructureDefinition") {
 		var sd structureDefinition
@@ -86,6 +90,7 @@ func generate() ([]byte, error) {
 			if _, ok := elementTypes[path]; !ok {
 				elementTypes[path] = codes
 				elementMax[path] = e.Max
+				required[path] = e.Binding.Strength == "required"
 			}
 		}
 	}
@@ -108,8 +113,11 @@ func generate() ([]byte, error) {
 		if len(sp.Target) > 0 {
 			fmt.Fprintf(&b, ", Target: %s", stringSlice(sp.Target))
 		}
-		if singleValued(sp.Expression, elementTypes, elementMax) {
+		if single, counted := singleValued(sp.Expression, elementTypes, elementMax, required); single {
 			b.WriteString(", Single: true")
+			if counted && (typ == "TokenParam" || typ == "BooleanParam") {
+				b.WriteString(", Counted: true")
+			}
 		}
 		b.WriteString("},\n")
 	}
@@ -155,33 +163,47 @@ func onlyBooleans(expr string, elementTypes map[string][]string) bool {
 // A union of such paths, one per resource type ("Patient.gender |
 // Practitioner.gender"), is single-valued too: a resource only has its
 // type's.
-func singleValued(expr string, elementTypes map[string][]string, elementMax map[string]string) bool {
+//
+// counted is set when, besides, the values come from a small set: boolean
+// elements, code elements bound to a required value set, or the type of a
+// reference (profile-type). The store keeps the number of resources of each
+// such value (value_counts).
+func singleValued(expr string, elementTypes map[string][]string, elementMax map[string]string, required map[string]bool) (single, counted bool) {
 	roots := map[string]bool{}
+	counted = true
 	for _, part := range strings.Split(expr, "|") {
 		part = strings.TrimSpace(part)
 		root, _, _ := strings.Cut(part, ".")
-		if roots[root] || !singlePath(part, elementTypes, elementMax) {
-			return false
+		ok, small := singlePath(part, elementTypes, elementMax, required)
+		if roots[root] || !ok {
+			return false, false
 		}
 		roots[root] = true
+		counted = counted && small
 	}
-	return true
+	return true, counted
 }
 
-func singlePath(expr string, elementTypes map[string][]string, elementMax map[string]string) bool {
-	expr = strings.TrimSuffix(expr, ".resolve().resourceType")
-	if !simplePath.MatchString(expr) {
-		return false
+func singlePath(expr string, elementTypes map[string][]string, elementMax map[string]string, required map[string]bool) (single, small bool) {
+	trimmed := strings.TrimSuffix(expr, ".resolve().resourceType")
+	if !simplePath.MatchString(trimmed) {
+		return false, false
 	}
+	if trimmed != expr {
+		small = true // a resource type
+	}
+	expr = trimmed
 	segs := strings.Split(expr, ".")
 	cur := segs[0]
 	var types []string
+	bound := false
 	for _, s := range segs[1:] {
 		key := cur + "." + s
 		t, ok := elementTypes[key]
 		if !ok || elementMax[key] != "1" {
-			return false
+			return false, false
 		}
+		bound = required[key]
 		types = t
 		if len(t) == 1 && t[0] != "BackboneElement" && t[0] != "Element" {
 			cur = t[0]
@@ -189,12 +211,14 @@ func singlePath(expr string, elementTypes map[string][]string, elementMax map[st
 			cur = key
 		}
 	}
+	codes := true
 	for _, t := range types {
 		if manyValues[t] {
-			return false
+			return false, false
 		}
+		codes = codes && (t == "code" && bound || t == "boolean")
 	}
-	return true
+	return true, small || codes
 }
 
 // manyValues are the types one element of which gives several index values
