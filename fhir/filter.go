@@ -28,6 +28,23 @@ func (e *FilterExpr) size() int {
 	return n
 }
 
+// conjunction returns the comparisons of an expression that only ANDs
+// them.
+func (e *FilterExpr) conjunction() ([]Filter, bool) {
+	switch {
+	case e.Filter != nil:
+		return []Filter{*e.Filter}, true
+	case e.Op == "and":
+		l, ok := e.Args[0].conjunction()
+		if !ok {
+			return nil, false
+		}
+		r, ok := e.Args[1].conjunction()
+		return append(l, r...), ok
+	}
+	return nil, false
+}
+
 // Limits of _filter: its length, nesting and comparisons (MaxFilters).
 const (
 	maxFilterLength = 8192

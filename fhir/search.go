@@ -56,6 +56,9 @@ type Filter struct {
 	// references a resource matching Chain.
 	Chain  *Filter
 	Values []FilterValue
+
+	// fromFilterText marks a comparison of a _filter conjunction.
+	fromFilterText bool
 }
 
 // FilterValue is one OR-ed value of a filter.
@@ -187,8 +190,17 @@ func (req *SearchRequest) add(name, value string) error {
 		if err != nil {
 			return err
 		}
-		req.Expr = append(req.Expr, e)
 		req.FilterText = append(req.FilterText, value)
+		// A conjunction of comparisons is plain filters, which the store
+		// can drive a search with; anything else stays an expression.
+		if leaves, ok := e.conjunction(); ok {
+			for i := range leaves {
+				leaves[i].fromFilterText = true
+			}
+			req.Filters = append(req.Filters, leaves...)
+		} else {
+			req.Expr = append(req.Expr, e)
+		}
 		if req.filterCount() > MaxFilters {
 			return Invalid("Too many search parameters (max " + strconv.Itoa(MaxFilters) + ")")
 		}
@@ -412,6 +424,9 @@ func (req *SearchRequest) Query(offset int) string {
 	q := url.Values{}
 	var parts []string
 	for _, f := range req.Filters {
+		if f.fromFilterText {
+			continue // written back as the _filter it came from
+		}
 		name, value := f.queryPart()
 		parts = append(parts, url.QueryEscape(name)+"="+url.QueryEscape(value))
 	}

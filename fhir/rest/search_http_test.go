@@ -576,3 +576,50 @@ func TestSearchPost(t *testing.T) {
 		}
 	})
 }
+
+// TestSearchWebAppQueries: the searches the reference's web app sends that
+// the hand-written table lacked, as @medplum/core encodes them; the self
+// link of each finds the same (runSearchCases follows it).
+func TestSearchWebAppQueries(t *testing.T) {
+	servertest.ForEachBackend(t, func(t *testing.T, s *servertest.Server) {
+		c := s.NewProject(t, "webapp")
+		pat := str(c.Create(map[string]any{"resourceType": "Patient", "name": []any{map[string]any{"family": "App"}}}), "id")
+		ref := map[string]any{"reference": "Patient/" + pat}
+		ids := map[string]string{"patient": pat}
+		for typ, extra := range map[string]map[string]any{
+			"ServiceRequest":   {"status": "active", "intent": "order", "subject": ref},
+			"DiagnosticReport": {"status": "final", "code": map[string]any{"text": "x"}, "subject": ref},
+			"Media":            {"status": "completed", "content": map[string]any{"url": "x"}, "subject": ref},
+			"DeviceRequest":    {"status": "active", "intent": "order", "codeCodeableConcept": map[string]any{"text": "x"}, "subject": ref},
+			"Device":           {"patient": ref},
+		} {
+			extra["resourceType"] = typ
+			ids[typ] = str(c.Create(extra), "id")
+			runSearchCases(t, c, typ, ids, []searchCase{
+				{"patient=Patient%2F" + pat, []string{typ}},
+				{"patient=" + pat + "&_sort=-_lastUpdated", []string{typ}},
+			})
+			if typ != "Device" {
+				runSearchCases(t, c, typ, ids, []searchCase{{"subject=Patient%2F" + pat, []string{typ}}})
+			}
+		}
+		bot := str(c.Create(map[string]any{"resourceType": "Bot", "name": "timeline"}), "id")
+		ids["task"] = str(c.Create(map[string]any{"resourceType": "Task", "status": "ready", "intent": "order", "focus": map[string]any{"reference": "Bot/" + bot}}), "id")
+		c.Create(map[string]any{"resourceType": "Task", "status": "ready", "intent": "order"})
+		f := url.QueryEscape(fmt.Sprintf("based-on eq Bot/%s or focus eq Bot/%s or subject eq Bot/%s", bot, bot, bot))
+		runSearchCases(t, c, "Task", ids, []searchCase{{"_filter=" + f, []string{"task"}}})
+		ids["sub"] = str(c.Create(map[string]any{"resourceType": "Subscription", "status": "active", "reason": "r", "criteria": "Patient",
+			"channel": map[string]any{"type": "rest-hook", "endpoint": "https://example.com/hook"}}), "id")
+		runSearchCases(t, c, "Subscription", ids, []searchCase{
+			{"url=https%3A%2F%2Fexample.com%2Fhook", []string{"sub"}},
+			{"url=https%3A%2F%2Fexample.com%2Fother", nil},
+		})
+		// The reference's bots sort observations by date.
+		ids["o1"] = str(c.Create(map[string]any{"resourceType": "Observation", "status": "final", "code": map[string]any{"coding": []any{map[string]any{"system": "http://loinc.org", "code": "8867-4"}}}, "effectiveDateTime": "2020-01-01", "subject": ref}), "id")
+		ids["o2"] = str(c.Create(map[string]any{"resourceType": "Observation", "status": "final", "code": map[string]any{"coding": []any{map[string]any{"system": "http://loinc.org", "code": "8867-4"}}}, "effectiveDateTime": "2022-01-01", "subject": ref}), "id")
+		r := c.Do("GET", "fhir/R4/Observation?code=http%3A%2F%2Floinc.org%7C8867-4&_sort=-date&_count=1", nil, "")
+		if got := entryIDs(t, r); len(got) != 1 || got[0] != ids["o2"] {
+			t.Errorf("_sort=-date: %v, want %s", got, ids["o2"])
+		}
+	})
+}

@@ -3,7 +3,7 @@ package sqlstore
 import (
 	"context"
 	"fmt"
-	"hash/fnv"
+	"math/rand/v2"
 	"sort"
 
 	"github.com/jmoiron/sqlx"
@@ -20,16 +20,14 @@ import (
 // update the same one.
 const countShards = 16
 
-func countShard(id string) int {
-	h := fnv.New32a()
-	h.Write([]byte(id))
-	return int(h.Sum32() % countShards)
-}
-
 // countKey is one value of a Counted parameter of a type in a project.
 type countKey struct{ typ, project, code, value string }
 
-// countDeltas accumulates the changes of a write to the counts.
+// countDeltas accumulates the changes of a transaction to the counts. They
+// are written once, just before the commit, in a fixed order and to one
+// shard chosen per transaction: two transactions then never hold rows of
+// the counts in opposite orders (deadlocks, on PostgreSQL, when each create
+// of a long transaction took its own shard as it went).
 type countDeltas struct {
 	live   map[[2]string]int // (type, project)
 	values map[countKey]int
@@ -49,10 +47,14 @@ func (d *countDeltas) addValue(k countKey, n int) {
 	d.values[k] += n
 }
 
-// apply writes the non-zero changes to the shard of id, in a fixed order
-// (two transactions never take the same rows in opposite orders).
-func (d *countDeltas) apply(ctx context.Context, s *Store, id string) error {
-	shard := countShard(id)
+// apply writes the non-zero changes, in a fixed order, to a shard chosen at
+// random, and forgets them.
+func (d *countDeltas) apply(ctx context.Context, s *Store) error {
+	if len(d.live) == 0 && len(d.values) == 0 {
+		return nil
+	}
+	shard := rand.IntN(countShards)
+	defer func() { d.live, d.values = nil, nil }()
 	lives := make([][2]string, 0, len(d.live))
 	for k, n := range d.live {
 		if n != 0 {

@@ -148,7 +148,7 @@ func (s *Store) clearIndex(ctx context.Context, id string) error {
 // The counts (counts.go) change with it: a new resource is one more live
 // one; the values of its Counted parameters move from the old to the new.
 func (s *Store) reindex(ctx context.Context, res fhir.Resource, id, project string, lastUpdated int64, isNew bool) error {
-	var d countDeltas
+	d := s.counts // always set: writes run in a transaction
 	if isNew {
 		d.addLive(res.Type(), project, 1)
 	} else {
@@ -168,10 +168,7 @@ func (s *Store) reindex(ctx context.Context, res fhir.Resource, id, project stri
 	for _, k := range idx.counted {
 		d.addValue(k, 1)
 	}
-	if err := idx.insert(ctx, s); err != nil {
-		return err
-	}
-	return d.apply(ctx, s, id)
+	return idx.insert(ctx, s)
 }
 
 // indexRows accumulates the search index rows of one or more resources, so
@@ -287,17 +284,13 @@ func (s *Store) CreateMany(ctx context.Context, list []fhir.Resource, w store.Wr
 		if err := idx.insert(ctx, tx); err != nil {
 			return err
 		}
-		var d countDeltas
 		for _, res := range list {
-			d.addLive(res.Type(), w.Project, 1)
+			tx.counts.addLive(res.Type(), w.Project, 1)
 		}
 		for _, k := range idx.counted {
-			d.addValue(k, 1)
+			tx.counts.addValue(k, 1)
 		}
-		if len(list) == 0 {
-			return nil
-		}
-		return d.apply(ctx, tx, list[0].ID())
+		return nil
 	})
 }
 
@@ -465,17 +458,13 @@ func (s *Store) Delete(ctx context.Context, scope store.Scope, resourceType, id 
 			newID(), now.UnixMicro(), true, "", id); err != nil {
 			return err
 		}
-		var d countDeltas
-		d.addLive(resourceType, r.ProjectID, -1)
+		tx.counts.addLive(resourceType, r.ProjectID, -1)
 		old, err := tx.countedValues(ctx, resourceType, id)
 		if err != nil {
 			return err
 		}
 		for _, k := range old {
-			d.addValue(k, -1)
-		}
-		if err := d.apply(ctx, tx, id); err != nil {
-			return err
+			tx.counts.addValue(k, -1)
 		}
 		return tx.clearIndex(ctx, id)
 	})

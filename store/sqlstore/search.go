@@ -537,8 +537,8 @@ func dateCondition(lo, hi string, v fhir.FilterValue) cond {
 		return cond{`(` + lo + ` < ? AND ` + hi + ` > ?)`, []any{qhi, qlo}}
 	case "ne":
 		return cond{`NOT (` + lo + ` >= ? AND ` + hi + ` <= ?)`, []any{qlo, qhi}}
-	default: // eq
-		return cond{`(` + lo + ` >= ? AND ` + hi + ` <= ?)`, []any{qlo, qhi}}
+	default: // eq; lo < qhi follows from the others and bounds the index range
+		return cond{`(` + lo + ` >= ? AND ` + lo + ` < ? AND ` + hi + ` <= ?)`, []any{qlo, qhi, qhi}}
 	}
 }
 

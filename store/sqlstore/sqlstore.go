@@ -53,6 +53,9 @@ type Store struct {
 	// touched collects, in a transaction, the resources it updates or
 	// deletes: for the change feed before the commit, for the cache after.
 	touched *[]store.Change
+	// counts collects, in a transaction, its changes to the counts
+	// (counts.go), written just before the commit.
+	counts *countDeltas
 	// feed announces changes to every process on the database (changes.go).
 	feed *changeFeed
 	// rateSwept is when CountHit last deleted ended windows (unix seconds).
@@ -286,7 +289,12 @@ func (s *Store) InTx(ctx context.Context, fn func(tx store.Store) error) error {
 	child := *s
 	child.q, child.tx = tx, tx
 	child.touched = new([]store.Change)
+	child.counts = &countDeltas{}
 	if err := fn(&child); err != nil {
+		tx.Rollback()
+		return err
+	}
+	if err := child.counts.apply(ctx, &child); err != nil {
 		tx.Rollback()
 		return err
 	}

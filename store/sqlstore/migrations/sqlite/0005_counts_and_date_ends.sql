@@ -24,3 +24,7 @@ CREATE TABLE value_counts (
     n             BIGINT  NOT NULL,
     PRIMARY KEY (resource_type, project_id, code, value, shard)
 );
+
+-- Dates compared by their end (ge, gt, eb: "since", "after") find their rows
+-- by it instead of reading the parameter's whole index.
+CREATE INDEX search_date_hi ON search_date (resource_type, code, hi, lo, project_id, last_updated, resource_id);
