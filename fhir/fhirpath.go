@@ -36,6 +36,17 @@ type pathNode struct {
 type PathExpr struct {
 	src  string
 	root *pathNode
+	// chains is set when the expression is a union of plain paths from a
+	// type ("Patient.name | Person.name"): Eval then walks them directly,
+	// without the general evaluator's allocations (most definitions are
+	// such paths, and every write evaluates them all).
+	chains []pathChain
+}
+
+// pathChain is one plain path: a type, then element names.
+type pathChain struct {
+	typ   string
+	names []string
 }
 
 // String is the expression's source.
@@ -58,7 +69,38 @@ func ParsePath(src string) (*PathExpr, error) {
 	if p.pos != len(p.toks) {
 		return nil, fmt.Errorf("fhirpath: unexpected %q", p.toks[p.pos].text)
 	}
-	return &PathExpr{src: src, root: n}, nil
+	e := &PathExpr{src: src, root: n}
+	if chains, ok := plainChains(n); ok {
+		e.chains = chains
+	}
+	return e, nil
+}
+
+// plainChains decomposes a union of plain paths from resource types.
+func plainChains(n *pathNode) ([]pathChain, bool) {
+	switch n.op {
+	case "|":
+		l, ok := plainChains(n.kids[0])
+		if !ok {
+			return nil, false
+		}
+		r, ok := plainChains(n.kids[1])
+		return append(l, r...), ok
+	case "paren":
+		return plainChains(n.kids[0])
+	case "child":
+		c, ok := plainChains(n.kids[0])
+		if !ok || len(c) != 1 {
+			return nil, false
+		}
+		c[0].names = append(c[0].names, n.name)
+		return c, true
+	case "ident":
+		if n.name != "" && n.name[0] >= 'A' && n.name[0] <= 'Z' && isResourceTypeName(n.name) {
+			return []pathChain{{typ: n.name}}, true
+		}
+	}
+	return nil, false
 }
 
 type pathToken struct {
@@ -349,6 +391,16 @@ type pathItem struct {
 
 // Eval evaluates the expression on a resource.
 func (e *PathExpr) Eval(r Resource) []any {
+	if e.chains != nil {
+		var out []any
+		rt := r.Type()
+		for _, c := range e.chains {
+			if c.typ == rt || c.typ == "Resource" || c.typ == "DomainResource" {
+				out = walkChain(out, map[string]any(r), c.names)
+			}
+		}
+		return out
+	}
 	items := evalPath(e.root, []pathItem{{v: map[string]any(r), typ: r.Type()}}, map[string]any(r))
 	out := make([]any, 0, len(items))
 	for _, it := range items {
@@ -574,6 +626,38 @@ func children(in []pathItem, name string) []pathItem {
 		for k, v := range m {
 			if len(k) > len(name) && strings.HasPrefix(k, name) && k[len(name)] >= 'A' && k[len(name)] <= 'Z' {
 				out = appendFlat(out, v, k[len(name):])
+			}
+		}
+	}
+	return out
+}
+
+// walkChain appends the values at a plain path below v, flattening arrays,
+// as children does.
+func walkChain(out []any, v any, names []string) []any {
+	switch t := v.(type) {
+	case nil:
+	case []any:
+		for _, x := range t {
+			out = walkChain(out, x, names)
+		}
+	default:
+		if len(names) == 0 {
+			out = append(out, v)
+		}
+	case map[string]any:
+		if len(names) == 0 {
+			return append(out, v)
+		}
+		name := names[0]
+		if next, ok := t[name]; ok {
+			return walkChain(out, next, names[1:])
+		}
+		if choiceElements[name] {
+			for k, next := range t {
+				if len(k) > len(name) && strings.HasPrefix(k, name) && k[len(name)] >= 'A' && k[len(name)] <= 'Z' {
+					out = walkChain(out, next, names[1:])
+				}
 			}
 		}
 	}

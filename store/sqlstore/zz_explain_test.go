@@ -46,12 +46,35 @@ func TestZZExplain(t *testing.T) {
 			s.db.Exec(`VACUUM ANALYZE`)
 		}
 	}
+	sqlx.GetContext(ctx, s.db, &n, `SELECT COUNT(*) FROM resources WHERE resource_type = 'Patient'`)
+	if n == 0 {
+		for lo := 0; lo < 100000; lo += 1000 {
+			var list []fhir.Resource
+			for i := lo; i < lo+1000; i++ {
+				list = append(list, fhir.Resource{"resourceType": "Patient", "active": true, "gender": []string{"female", "male"}[i%2],
+					"birthDate": fmt.Sprintf("%04d-%02d-%02d", 1940+i%70, 1+i%12, 1+i%28),
+					"name": []any{map[string]any{"family": fmt.Sprintf("Fam%05d", i%10000), "given": []any{fmt.Sprintf("Given%06d", i)}}}})
+			}
+			if err := s.CreateMany(ctx, list, store.Write{Project: "p1"}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if s.dialect == SQLite {
+			s.db.Exec(`PRAGMA optimize=0x10002`)
+		} else {
+			s.db.Exec(`VACUUM ANALYZE`)
+		}
+	}
+	typ := os.Getenv("EXPLAIN_T")
+	if typ == "" {
+		typ = "ProjectMembership"
+	}
 	for _, q := range strings.Split(os.Getenv("EXPLAIN_Q"), ";;") {
-		req, err := fhir.ParseSearch("ProjectMembership", q)
+		req, err := fhir.ParseSearch(typ, q)
 		if err != nil {
 			t.Fatal(err)
 		}
-		b := &builder{projects: []any{"p1"}, typ: "ProjectMembership"}
+		b := &builder{projects: []any{"p1"}, typ: typ}
 		var conds []cond
 		for _, f := range req.Filters {
 			conds = append(conds, b.filter(f, "r"))
