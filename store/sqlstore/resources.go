@@ -470,7 +470,6 @@ func (s *Store) Delete(ctx context.Context, scope store.Scope, resourceType, id 
 	})
 }
 
-
 // History implements store.Store.
 func (s *Store) History(ctx context.Context, scope store.Scope, resourceType, id string, count, offset int) ([]store.Record, error) {
 	if _, err := s.getRow(ctx, scope, resourceType, id, false); err != nil {
