@@ -143,6 +143,8 @@ func BenchmarkSearchPatientParams(b *testing.B) {
 				{"gender=male&birthdate=lt1950", -1},
 				{"_filter=" + url.QueryEscape("gender eq female and name sw "+benchFamily(7)), -1},
 				{"name=" + benchFamily(42) + "&_sort=-birthdate", -1},
+				{"gender=female&_sort=birthdate", -1}, // a sort over 50,000 candidates
+				{"_sort=-_lastUpdated&_total=accurate", n},
 			})
 		})
 	}
