@@ -11,7 +11,7 @@ import (
 	"github.com/sandbot/sandbot/fhir"
 )
 
-// The counts of migration 0005: live resources per type and project
+// The counts of migration 0006: live resources per type and project
 // (resource_counts), and resources per value of a Counted parameter
 // (value_counts), both changed by every write in its transaction. They
 // answer _total=accurate without counting rows (count, in search.go).

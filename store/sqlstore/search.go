@@ -246,7 +246,7 @@ func (s *Store) count(ctx context.Context, b *builder, req *fhir.SearchRequest, 
 	base := b.base("r")
 	live := func() (int, error) {
 		// The live resources of the type are counted as they are written
-		// (resource_counts, migration 0005).
+		// (resource_counts, migration 0006).
 		q, args := `SELECT COALESCE(SUM(c.live), 0) FROM resource_counts c WHERE c.resource_type = ?`, []any{b.typ}
 		if b.projects != nil {
 			q += ` AND c.project_id IN (` + placeholders(len(b.projects)) + `)`
@@ -268,7 +268,7 @@ func (s *Store) count(ctx context.Context, b *builder, req *fhir.SearchRequest, 
 				negated = f.Values[0].Raw == "true"
 			}
 			if vals, ok := countedValues(f); ok {
-				// Kept as they are written (value_counts, migration 0005).
+				// Kept as they are written (value_counts, migration 0006).
 				q := `SELECT COALESCE(SUM(c.n), 0) FROM value_counts c WHERE c.resource_type = ? AND c.code = ? AND c.value IN (` + placeholders(len(vals)) + `)`
 				args := append([]any{b.typ, f.Param.Code}, vals...)
 				if b.projects != nil {
