@@ -18,7 +18,7 @@ import (
 
 // Register mounts /oauth2/token, /auth/me and /.well-known/jwks.json.
 func (a *Authenticator) Register(r *mux.Router) {
-	r.Handle("/oauth2/token", httpx.NoStore(http.HandlerFunc(a.handleToken))).Methods(http.MethodPost)
+	r.HandleFunc("/oauth2/token", a.handleToken).Methods(http.MethodPost)
 	r.Handle("/auth/me", a.Require(http.HandlerFunc(a.handleMe))).Methods(http.MethodGet)
 	r.HandleFunc("/.well-known/jwks.json", func(w http.ResponseWriter, r *http.Request) {
 		httpx.WriteJSON(w, http.StatusOK, "application/json", a.tokens.JWKS())

@@ -39,10 +39,9 @@ const (
 
 // RegisterLogins mounts /auth/login, /auth/profile and /auth/setpassword.
 func (a *Authenticator) RegisterLogins(r *mux.Router) {
-	// Their answers carry login codes and memberships: never cached.
-	r.Handle("/auth/login", httpx.NoStore(http.HandlerFunc(a.handleLogin))).Methods(http.MethodPost)
-	r.Handle("/auth/profile", httpx.NoStore(http.HandlerFunc(a.handleProfile))).Methods(http.MethodPost)
-	r.Handle("/auth/setpassword", httpx.NoStore(http.HandlerFunc(a.handleSetPassword))).Methods(http.MethodPost)
+	r.HandleFunc("/auth/login", a.handleLogin).Methods(http.MethodPost)
+	r.HandleFunc("/auth/profile", a.handleProfile).Methods(http.MethodPost)
+	r.HandleFunc("/auth/setpassword", a.handleSetPassword).Methods(http.MethodPost)
 }
 
 var (

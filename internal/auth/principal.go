@@ -306,11 +306,10 @@ func (a *Authenticator) principalFor(ctx context.Context, membershipID string) (
 }
 
 // Require is middleware that answers 401 unless the request authenticates,
-// and puts the principal in the request context. Its answers are never
-// cached (Cache-Control: no-store): they are one caller's.
+// and puts the principal in the request context. (The server marks every
+// authenticated route's answers no-store.)
 func (a *Authenticator) Require(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set("Cache-Control", "no-store")
 		p, err := a.Authenticate(r)
 		if err != nil {
 			if !fhir.IsCode(err, fhir.EUnauthorized) && !isClientError(err) {

@@ -15,6 +15,7 @@ import (
 	"net/http"
 	"regexp"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/google/uuid"
@@ -195,14 +196,25 @@ func NoSniff(next http.Handler) http.Handler {
 	})
 }
 
-// NoStore sets Cache-Control: no-store on every answer of next: answers to
-// authenticated requests and those that carry tokens or codes must not be
-// kept by a browser or a proxy.
-func NoStore(next http.Handler) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set("Cache-Control", "no-store")
-		next.ServeHTTP(w, r)
-	})
+// NoStore sets Cache-Control: no-store on the answers of next whose path
+// starts with one of prefixes (all of them when there is none): answers to
+// authenticated requests and those that carry tokens, codes or memberships
+// must not be kept by a browser or a proxy.
+func NoStore(prefixes ...string) func(http.Handler) http.Handler {
+	return func(next http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if len(prefixes) == 0 {
+				w.Header().Set("Cache-Control", "no-store")
+			}
+			for _, p := range prefixes {
+				if strings.HasPrefix(r.URL.Path, p) {
+					w.Header().Set("Cache-Control", "no-store")
+					break
+				}
+			}
+			next.ServeHTTP(w, r)
+		})
+	}
 }
 
 // Metrics are the HTTP metrics of one listener.

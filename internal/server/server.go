@@ -136,6 +136,9 @@ func New(ctx context.Context, cfg Config, st store.Store, reg *prometheus.Regist
 	// is due; ids are checked where they are used.
 	api := mux.NewRouter().SkipClean(true)
 	api.Use(httpx.Middleware(log, metrics))
+	// Answers that are one caller's (every authenticated route) or carry
+	// tokens, login codes or memberships are never cached.
+	api.Use(httpx.NoStore("/fhir/R4/", "/admin/", "/auth/", "/oauth2/"))
 	// Preflights are answered before the rate limit and authentication.
 	api.Use(httpx.NewCORS(append([]string{httpx.OriginOf(cfg.AppBaseURL)}, cfg.CORSOrigins...)).Middleware)
 	api.Use(s.closeWhileDraining)
