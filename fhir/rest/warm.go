@@ -2,12 +2,14 @@ package rest
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/sandbot/sandbot/fhir"
+	"github.com/sandbot/sandbot/runtime"
 	"github.com/sandbot/sandbot/store"
 )
 
@@ -37,7 +39,7 @@ func newModuleWarmer(h *Handler, reg prometheus.Registerer) *moduleWarmer {
 	w := &moduleWarmer{h: h, pending: map[string]bool{}, wake: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{}),
 		warmed: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "sandbot_bot_modules_warmed_total",
-			Help: "Changed Bots whose module was looked at in the background, by result: compiled, held (already compiled), none (no code), failed.",
+			Help: "Changed Bots whose module was looked at in the background, by result: compiled, held (already compiled), none (no code), busy (no compile slot: tried again later), failed.",
 		}, []string{"result"})}
 	if reg != nil {
 		reg.MustRegister(w.warmed)
@@ -119,6 +121,13 @@ func (w *moduleWarmer) warm(ctx context.Context, id string) string {
 	}
 	start := time.Now()
 	if _, err := h.module(ctx, rec.Project, bot); err != nil {
+		var busy *runtime.BusyError
+		if errors.As(err, &busy) {
+			// Every compile slot is taken (deploys, executions of cold
+			// modules): try again when one may be free.
+			time.AfterFunc(busy.RetryAfter, func() { w.add([]string{id}) })
+			return "busy"
+		}
 		h.log.Warn("bot module warm-up: compile", "bot", id, "err", err)
 		return "failed"
 	}
