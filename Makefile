@@ -52,9 +52,9 @@ test-replicas:
 
 # HL7 for FUZZTIME (60 s by default), its acknowledgements, the FHIR search,
 # _filter, FHIRPath and resource decoders, batch and transaction Bundles,
-# the bot input mapping, envelope parser and module pre-parse and rewrite,
-# client IPs, and the SDK's event decoder and envelope encoder for a shorter
-# while on every run.
+# GraphQL queries, the bot input mapping, envelope parser and module
+# pre-parse and rewrite, client IPs, and the SDK's event decoder and envelope
+# encoder for a shorter while on every run.
 # scripts/fuzz.sh runs a target again, once, when Go's coordinator stops it
 # at the time limit without a finding (go.dev/issue/75804, fixed in Go 1.27).
 fuzz:
@@ -65,6 +65,7 @@ fuzz:
 	GO=$(GO) scripts/fuzz.sh . ./fhir FuzzParsePath 10s
 	GO=$(GO) scripts/fuzz.sh . ./fhir FuzzParseResource 10s
 	GO=$(GO) scripts/fuzz.sh . ./internal/fhirservice FuzzBundleRequest 10s
+	GO=$(GO) scripts/fuzz.sh . ./internal/fhirgraphql FuzzPrepare 10s
 	GO=$(GO) scripts/fuzz.sh . ./fhir FuzzMarshalMatchesEncodingJSON 10s
 	GO=$(GO) scripts/fuzz.sh . ./runtime FuzzInput 10s
 	GO=$(GO) scripts/fuzz.sh . ./runtime FuzzParseEnvelope 10s

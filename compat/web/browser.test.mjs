@@ -7,10 +7,9 @@
 // (SANDBOT_TEST_DATABASE_URL, as make test sets it in CI), on PostgreSQL.
 //
 // Steps: sign in with a password; search Patients and Bots; open a record;
-// create and edit a Patient through the form; see its history. Steps that
-// need a server feature sandbot does not have yet are skipped with the
-// feature's name (PENDING below), and a guard test fails as soon as such a
-// feature answers, so that its steps get switched on.
+// create and edit a Patient through the form; see its history. The
+// components load type definitions through FHIR GraphQL ($graphql) and, with
+// autoBatchTime, send reads made together as batch Bundles (POST /fhir/R4).
 //
 // Chromium: CHROMIUM (default /usr/bin/chromium). Without it the test is
 // skipped, except in CI (CI=true), where it fails. Screenshots of failed
@@ -34,28 +33,6 @@ const inCI = process.env.CI === 'true';
 const haveChromium = existsSync(chromium);
 if (!haveChromium && inCI) throw new Error(`Chromium not found at ${chromium}: .ci/run installs Debian's chromium`);
 const skipAll = haveChromium ? false : `no Chromium at ${chromium} (apt-get install chromium, or set CHROMIUM)`;
-
-// Server features the later steps need and sandbot does not serve yet. Remove
-// an entry when the feature lands: its steps then run.
-const PENDING = {
-  graphql:
-    'FHIR GraphQL (POST /fhir/R4/$graphql): MedplumClient.requestSchema loads each type\'s StructureDefinition ' +
-    'and SearchParameters through it, so SearchControl, ResourceTable and ResourceForm need it',
-};
-
-// Probes that tell whether a pending feature now answers (200). Batch
-// Bundles (POST /fhir/R4, which the client's auto-batching sends) are served;
-// its probe stays for the steps that name it.
-const probes = {
-  graphql: (api) => api('POST', 'fhir/R4/$graphql', { query: '{ PatientList(_count: 1) { id } }' }),
-  batch: (api) => api('POST', 'fhir/R4', { resourceType: 'Bundle', type: 'batch', entry: [] }),
-};
-
-function needs(...features) {
-  if (skipAll) return { skip: skipAll };
-  const missing = features.filter((f) => PENDING[f]);
-  return missing.length ? { skip: 'pending: ' + missing.map((f) => PENDING[f]).join('; ') } : {};
-}
 
 const outputDir = path.join(here, 'test-output');
 const TIMEOUT = 20_000;
@@ -236,13 +213,6 @@ for (const store of stores) {
       db?.drop();
     });
 
-    test('pending server features are still missing (else switch their steps on)', async () => {
-      for (const feature of Object.keys(PENDING)) {
-        const r = await probes[feature](data.api);
-        assert.notEqual(r.status, 200, `${feature} now answers 200: remove it from PENDING in compat/web/browser.test.mjs so that its steps run`);
-      }
-    });
-
     test('sign in with a password (SignInForm: /auth/method, /auth/login, /oauth2/token, /auth/me, across origins)', step('sign-in', async () => {
       assert.notEqual(new URL(site.url).origin, new URL(srv.baseUrl).origin, 'the page and the API are on different origins');
       const calls = [];
@@ -264,19 +234,19 @@ for (const store of stores) {
       }
     }));
 
-    test('search Patients (SearchControl)', needs('graphql', 'batch'), step('search-patients', async () => {
+    test('search Patients (SearchControl)', step('search-patients', async () => {
       await page.evaluate(() => (window.location.hash = '/Patient'));
       await page.waitForFunction((family) => [...document.querySelectorAll('[data-testid="search-control-row"]')]
         .some((r) => r.textContent.includes(family)), { timeout: TIMEOUT }, data.family);
     }));
 
-    test('search Bots (SearchControl)', needs('graphql', 'batch'), step('search-bots', async () => {
+    test('search Bots (SearchControl)', step('search-bots', async () => {
       await page.evaluate(() => (window.location.hash = '/Bot'));
       await page.waitForFunction((bot) => [...document.querySelectorAll('[data-testid="search-control-row"]')]
         .some((r) => r.textContent.includes(bot)), { timeout: TIMEOUT }, data.botName);
     }));
 
-    test('open a record from the list (ResourceTable)', needs('graphql', 'batch'), step('open-record', async () => {
+    test('open a record from the list (ResourceTable)', step('open-record', async () => {
       await page.evaluate(() => (window.location.hash = '/Patient'));
       const row = await page.waitForSelector(`xpath/.//tr[@data-testid="search-control-row"][contains(., "${data.family}")]`);
       await row.click();
@@ -284,7 +254,7 @@ for (const store of stores) {
         { timeout: TIMEOUT }, data.family);
     }));
 
-    test('create a Patient through the form (ResourceForm)', needs('graphql', 'batch'), step('create-patient', async () => {
+    test('create a Patient through the form (ResourceForm)', step('create-patient', async () => {
       await page.evaluate(() => (window.location.hash = '/Patient/new'));
       await page.waitForSelector('[data-testid="new-resource"] button[title="Add Name"]');
       await page.click('[data-testid="new-resource"] button[title="Add Name"]');
@@ -298,12 +268,12 @@ for (const store of stores) {
       assert.equal(created.json.name[0].family, 'Hopper' + data.family);
     }));
 
-    test('edit the Patient through the form and see its history (ResourceForm, ResourceHistoryTable)', needs('graphql', 'batch'), step('edit-patient', async () => {
+    test('edit the Patient through the form and see its history (ResourceForm, ResourceHistoryTable)', step('edit-patient', async () => {
       assert.ok(patientId, 'the create step ran');
       const family = '[data-testid="resource-form"] input[placeholder="Family"]';
       await page.waitForSelector(family);
       const before = await page.$eval('[data-testid="resource"]', (e) => e.dataset.version);
-      await page.click(family, { clickCount: 3 });
+      await page.$eval(family, (el) => el.select());
       await page.type(family, 'Edited' + data.family);
       await page.click('[data-testid="resource-form"] button[type="submit"]');
       await page.waitForFunction((v) => document.querySelector('[data-testid="resource"]')?.dataset.version !== v,

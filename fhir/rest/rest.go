@@ -17,6 +17,7 @@ import (
 	"github.com/sandbot/sandbot/fhir"
 	"github.com/sandbot/sandbot/fhir/definitions"
 	"github.com/sandbot/sandbot/internal/auth"
+	"github.com/sandbot/sandbot/internal/fhirgraphql"
 	"github.com/sandbot/sandbot/internal/fhirservice"
 	"github.com/sandbot/sandbot/internal/httpx"
 	"github.com/sandbot/sandbot/internal/principal"
@@ -30,7 +31,9 @@ type Config struct {
 	Store store.Store
 	// FHIR is the service every interaction goes through.
 	FHIR *fhirservice.Service
-	Auth *auth.Authenticator
+	// GraphQL answers $graphql; nil answers it 404.
+	GraphQL *fhirgraphql.Engine
+	Auth    *auth.Authenticator
 	// BaseURL is the server's public base URL, ending in "/".
 	BaseURL string
 	Log     *slog.Logger
@@ -123,6 +126,7 @@ func (h *Handler) Register(r *mux.Router) {
 	}
 	h.registerBots(api)
 	h.definitionRoutes(api)
+	api.HandleFunc("/$graphql", h.graphql).Methods(http.MethodGet, http.MethodPost)
 	api.HandleFunc("", h.bundle).Methods(http.MethodPost)
 	api.HandleFunc("/", h.bundle).Methods(http.MethodPost)
 	for _, rt := range restRoutes {

@@ -21,6 +21,7 @@ import (
 	"github.com/sandbot/sandbot/fhir"
 	"github.com/sandbot/sandbot/fhir/rest"
 	"github.com/sandbot/sandbot/internal/auth"
+	"github.com/sandbot/sandbot/internal/fhirgraphql"
 	"github.com/sandbot/sandbot/internal/fhirservice"
 	"github.com/sandbot/sandbot/internal/httpx"
 	"github.com/sandbot/sandbot/internal/mail"
@@ -100,7 +101,13 @@ func New(ctx context.Context, cfg Config, st store.Store, reg *prometheus.Regist
 	s := &Server{Store: st, Bootstrap: boot, log: log}
 	s.Auth = auth.NewAuthenticator(st, tokens, cfg.Limits, log)
 	s.Service = fhirservice.New(fhirservice.Config{Store: st, BaseURL: cfg.BaseURL, Limits: cfg.Limits})
-	s.FHIR = rest.New(rest.Config{Store: st, FHIR: s.Service, Auth: s.Auth, BaseURL: cfg.BaseURL, Log: log,
+	// The GraphQL schema is generated from the embedded definitions once,
+	// at start.
+	gql, err := fhirgraphql.New(s.Service)
+	if err != nil {
+		return nil, err
+	}
+	s.FHIR = rest.New(rest.Config{Store: st, FHIR: s.Service, GraphQL: gql, Auth: s.Auth, BaseURL: cfg.BaseURL, Log: log,
 		Limits: cfg.Limits, Runtime: cfg.Runtime, Registerer: reg})
 	// Every cache of the server hears of every change to what it keeps,
 	// whoever made it: this process (at commit, before the write returns)
