@@ -46,6 +46,8 @@ func Run(t *testing.T, newStore func(t *testing.T) store.Store) {
 		{"SearchFilterExpressions", testSearchFilterExpressions},
 		{"SearchShapesAgree", testSearchShapesAgree},
 		{"TotalsFollowWrites", testTotalsFollowWrites},
+		{"JobQueue", testJobQueue},
+		{"JobClaimsConcurrent", testJobClaimsConcurrent},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) { tc.fn(t, newStore(t)) })
