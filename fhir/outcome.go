@@ -41,6 +41,14 @@ func AllOK() *OperationOutcome {
 		Issue: []Issue{{Severity: "information", Code: "informational", Details: &IssueDetails{Text: "All OK"}}}}
 }
 
+// Accepted is the outcome of a request accepted for asynchronous
+// processing (Prefer: respond-async); diagnostics, when set, is where its
+// status is polled, as the reference puts it.
+func Accepted(diagnostics string) *OperationOutcome {
+	return &OperationOutcome{ResourceType: "OperationOutcome", ID: "accepted",
+		Issue: []Issue{{Severity: "information", Code: "informational", Details: &IssueDetails{Text: "Accepted"}, Diagnostics: diagnostics}}}
+}
+
 // outcomeShape gives the reference's id and issue code for each error code.
 var outcomeShape = map[ErrorCode]struct{ id, code, text string }{
 	EInvalid:          {"", "invalid", ""},

@@ -84,6 +84,17 @@ type Limits struct {
 	// (each entry is a request of its own; the body is bounded by
 	// JSONBodyBytes too).
 	BundleEntries int64
+	// JobWorkers is how many asynchronous executions (Prefer:
+	// respond-async) one server process runs at once; the others wait in
+	// the store's queue for a process with a free worker.
+	JobWorkers int64
+	// JobQueue is how many asynchronous executions of one project may wait
+	// or run at once; beyond it $execute with respond-async answers 429.
+	JobQueue int64
+	// JobLeaseSeconds is how long a process's claim on a job lasts without
+	// renewal (it renews every second while the job runs): a job whose
+	// process died runs again elsewhere this long after.
+	JobLeaseSeconds int64
 
 	// AuthRequestsPerMinute is how many /auth/* and /oauth2/* requests a
 	// client IP may make per minute; negative means no limit.
@@ -130,6 +141,10 @@ func Default() Limits {
 
 		BundleEntries: 1000,
 
+		JobWorkers:      4,
+		JobQueue:        1000,
+		JobLeaseSeconds: 30,
+
 		AuthRequestsPerMinute: 160, // the reference's strict auth limit
 		AuthBodyBytes:         64 << 10,
 	}
@@ -174,6 +189,9 @@ func (l Limits) WithDefaults() Limits {
 	set(&l.ModuleGlobals, d.ModuleGlobals)
 	set(&l.ModuleDataSegments, d.ModuleDataSegments)
 	set(&l.BundleEntries, d.BundleEntries)
+	set(&l.JobWorkers, d.JobWorkers)
+	set(&l.JobQueue, d.JobQueue)
+	set(&l.JobLeaseSeconds, d.JobLeaseSeconds)
 	set(&l.AuthRequestsPerMinute, d.AuthRequestsPerMinute)
 	set(&l.AuthBodyBytes, d.AuthBodyBytes)
 	return l
@@ -240,6 +258,12 @@ func Settings() []Setting {
 			Min: 1, Max: 1 << 26, Field: func(l *Limits) *int64 { return &l.ModuleTableElements }},
 		{Env: "SANDBOT_MODULE_CACHE_BYTES", Flag: "module-cache-bytes", Usage: "compiled bot modules kept in memory, in module bytes (least recently used dropped first)",
 			Min: 1 << 20, Max: 1 << 40, Field: func(l *Limits) *int64 { return &l.ModuleCacheBytes }},
+		{Env: "SANDBOT_JOB_WORKERS", Flag: "job-workers", Usage: "asynchronous bot executions one process runs at once",
+			Min: 1, Max: 1024, Field: func(l *Limits) *int64 { return &l.JobWorkers }},
+		{Env: "SANDBOT_JOB_QUEUE", Flag: "job-queue", Usage: "asynchronous bot executions one project may have waiting or running (more: 429)",
+			Min: 1, Max: 1 << 20, Field: func(l *Limits) *int64 { return &l.JobQueue }},
+		{Env: "SANDBOT_JOB_LEASE_SECONDS", Flag: "job-lease-seconds", Usage: "how long a job claimed by a process that died waits before another runs it",
+			Min: 3, Max: 3600, Field: func(l *Limits) *int64 { return &l.JobLeaseSeconds }},
 		{Env: "SANDBOT_AUTH_RATE_LIMIT", Flag: "auth-rate-limit", Usage: "requests per minute per client IP on /auth and /oauth2 (0: no limit)",
 			Min: 0, Max: 1 << 30, ZeroIsOff: true, Field: func(l *Limits) *int64 { return &l.AuthRequestsPerMinute }},
 	}

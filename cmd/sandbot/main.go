@@ -258,10 +258,15 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	log.Info("shutting down")
 	shutdownCtx, cancel := context.WithTimeout(context.Background(), cfg.ShutdownTimeout)
 	defer cancel()
+	// Asynchronous jobs stop being claimed now, and those running get the
+	// same time as in-flight requests.
+	jobsStopped := make(chan struct{})
+	go func() { srv.StopJobs(shutdownCtx); close(jobsStopped) }()
 	if err := api.Shutdown(shutdownCtx); err != nil {
 		log.Error("api shutdown", "err", err)
 	}
 	ops.Shutdown(shutdownCtx)
+	<-jobsStopped
 	srv.Close()
 	log.Info("stopped")
 	return 0

@@ -2,10 +2,12 @@ package rest
 
 import (
 	"context"
+	"encoding/json"
 	"log/slog"
 	"strings"
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -53,14 +55,19 @@ func (m *botMetrics) observeInput(contentType string, n int) {
 }
 
 // auditWriter writes one AuditEvent per execution off the request path: an
-// execution answers without waiting for its audit row.
+// execution answers without waiting for its audit row. Events queued when
+// the server stops are written before Close returns; an event that arrives
+// after that (a request that outlived the shutdown timeout) is written on
+// its caller's goroutine.
 type auditWriter struct {
 	store   store.Store
 	log     *slog.Logger
 	metrics *botMetrics
 	ch      chan auditEntry
 	done    chan struct{}
-	once    sync.Once
+
+	mu     sync.RWMutex
+	closed bool
 }
 
 // auditEntry is what an execution hands to the writer: the AuditEvent
@@ -69,14 +76,36 @@ type auditWriter struct {
 type auditEntry struct {
 	project    string
 	bot        string // "Bot/<id>"
+	botName    string
 	requester  string
+	input      string // the input's reference when it is a resource with an id
 	outcome    string
 	desc       string
 	start, end time.Time
 }
 
+// entityRole is the reference's AuditEvent entity role of a resource type.
+func entityRole(ref string) map[string]any {
+	typ, _, _ := strings.Cut(ref, "/")
+	switch typ {
+	case "Patient":
+		return map[string]any{"code": "1", "display": "Patient"}
+	case "Subscription":
+		return map[string]any{"code": "9", "display": "Subscriber"}
+	}
+	return map[string]any{"code": "4", "display": "Domain"}
+}
+
 // event builds the AuditEvent of an execution, as the reference records it.
 func (e *auditEntry) event() fhir.Resource {
+	bot := map[string]any{"reference": e.bot}
+	if e.botName != "" {
+		bot["display"] = e.botName
+	}
+	entity := []any{map[string]any{"what": bot, "role": entityRole(e.bot)}}
+	if e.input != "" {
+		entity = append(entity, map[string]any{"what": map[string]any{"reference": e.input}, "role": entityRole(e.input)})
+	}
 	ev := fhir.Resource{
 		"resourceType": "AuditEvent",
 		"type":         map[string]any{"system": "https://medplum.com/CodeSystem/audit-event", "code": "execute"},
@@ -84,10 +113,10 @@ func (e *auditEntry) event() fhir.Resource {
 		"period":       map[string]any{"start": e.start.Format(fhir.TimeFormat), "end": e.end.Format(fhir.TimeFormat)},
 		"agent": []any{
 			map[string]any{"who": map[string]any{"reference": e.requester}, "requestor": true},
-			map[string]any{"who": map[string]any{"reference": e.bot}, "requestor": false},
+			map[string]any{"who": bot, "requestor": false},
 		},
-		"source":  map[string]any{"observer": map[string]any{"reference": e.bot}},
-		"entity":  []any{map[string]any{"what": map[string]any{"reference": e.bot}, "role": map[string]any{"code": "4"}}},
+		"source":  map[string]any{"observer": bot},
+		"entity":  entity,
 		"outcome": e.outcome,
 	}
 	if e.desc != "" {
@@ -129,33 +158,51 @@ func (a *auditWriter) run() {
 			}
 		}
 		window.Stop()
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		err := a.store.InTx(ctx, func(tx store.Store) error {
-			byProject := map[string][]fhir.Resource{}
-			for i := range batch {
-				byProject[batch[i].project] = append(byProject[batch[i].project], batch[i].event())
-			}
-			for project, events := range byProject {
-				if err := tx.CreateMany(ctx, events, store.Write{Project: project, Author: fhir.Reference{Reference: "system"}}); err != nil {
-					return err
-				}
-			}
-			return nil
-		})
-		cancel()
-		if err != nil {
-			a.metrics.auditDropped.Add(float64(len(batch)))
-			a.log.Warn("bot audit events not written", "count", len(batch), "err", err)
-		}
+		a.write(batch)
 	}
 }
 
+// write stores a batch in one transaction.
+func (a *auditWriter) write(batch []auditEntry) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	err := a.store.InTx(ctx, func(tx store.Store) error {
+		byProject := map[string][]fhir.Resource{}
+		for i := range batch {
+			byProject[batch[i].project] = append(byProject[batch[i].project], batch[i].event())
+		}
+		for project, events := range byProject {
+			if err := tx.CreateMany(ctx, events, store.Write{Project: project, Author: fhir.Reference{Reference: "system"}}); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		a.metrics.auditDropped.Add(float64(len(batch)))
+		a.log.Warn("bot audit events not written", "count", len(batch), "err", err)
+	}
+}
+
+// close writes what is queued and stops the writer; closing twice is
+// harmless.
 func (a *auditWriter) close() {
-	a.once.Do(func() { close(a.ch) })
+	a.mu.Lock()
+	if !a.closed {
+		a.closed = true
+		close(a.ch)
+	}
+	a.mu.Unlock()
 	<-a.done
 }
 
 func (a *auditWriter) add(e auditEntry) {
+	a.mu.RLock()
+	defer a.mu.RUnlock()
+	if a.closed {
+		a.write([]auditEntry{e})
+		return
+	}
 	select {
 	case a.ch <- e:
 	default:
@@ -163,15 +210,27 @@ func (a *auditWriter) add(e auditEntry) {
 	}
 }
 
-// audit records an execution as the reference does (Bot.auditEventTrigger:
-// always (default), never, on-error, on-output).
-func (h *Handler) audit(ctx context.Context, p *principal.Principal, rec *store.Record, bot fhir.Resource, res *runtime.Result, err error) {
+// audit records an execution as the reference does. Bot.auditEventTrigger
+// says when: always (the default), never, on-error, or on-output (when the
+// execution logged something); Bot.auditEventDestination where: resource
+// (the default: an AuditEvent in the bot's project) and log (a line in the
+// server's log, without the bot's log text, which may hold anything the bot
+// saw). outcomeDesc is the end of the log followed by the failure's message,
+// at most the log limit (limits.BotLogBytes).
+func (h *Handler) audit(p *principal.Principal, rec *store.Record, bot fhir.Resource, call botCall, start time.Time, res *runtime.Result, err error) {
 	var logs strings.Builder
 	if res != nil {
 		for _, l := range res.Logs {
 			logs.WriteString(l.Text)
 			logs.WriteByte('\n')
 		}
+	}
+	var failure string
+	switch {
+	case err != nil:
+		failure = err.Error()
+	case res != nil && len(res.Envelope.Error) > 0:
+		failure = envelopeErrorText(res.Envelope.Error)
 	}
 	failed := err != nil || (res != nil && len(res.Envelope.Error) > 0)
 	switch bot.String("auditEventTrigger") {
@@ -186,23 +245,95 @@ func (h *Handler) audit(ctx context.Context, p *principal.Principal, rec *store.
 			return
 		}
 	}
-	desc := logs.String()
-	if err != nil {
-		desc += err.Error()
+	toResource, toLog := auditDestinations(bot)
+	if !toResource && !toLog {
+		return
 	}
-	keep := int(max(h.cfg.Limits.BotLogBytes, 0))
-	if len(desc) > keep {
-		desc = desc[len(desc)-keep:]
-	}
-	now := time.Now().UTC()
-	start := now
-	if res != nil {
-		start = now.Add(-res.Duration)
-	}
+	desc := tail(logs.String()+failure, h.cfg.Limits.BotLogBytes)
 	outcome := "0"
 	if failed {
 		outcome = "4"
 	}
-	h.audits.add(auditEntry{project: rec.Project, bot: "Bot/" + rec.ID, requester: p.Profile,
-		outcome: outcome, desc: desc, start: start, end: now})
+	end := time.Now().UTC()
+	e := auditEntry{project: rec.Project, bot: "Bot/" + rec.ID, botName: bot.String("name"), requester: p.Profile,
+		input: inputReference(call), outcome: outcome, desc: desc, start: start.UTC(), end: end}
+	if toLog {
+		h.log.Info("bot execution", "audit_event", "execute", "project", e.project, "bot", e.bot, "requester", e.requester,
+			"outcome", e.outcome, "start", e.start.Format(fhir.TimeFormat), "end", e.end.Format(fhir.TimeFormat))
+	}
+	if toResource {
+		h.audits.add(e)
+	}
+}
+
+// auditDestinations reads Bot.auditEventDestination (default: resource).
+func auditDestinations(bot fhir.Resource) (toResource, toLog bool) {
+	list, ok := bot["auditEventDestination"].([]any)
+	if !ok {
+		return true, false
+	}
+	for _, d := range list {
+		switch d {
+		case "resource":
+			toResource = true
+		case "log":
+			toLog = true
+		}
+	}
+	return toResource, toLog
+}
+
+// tail is the last max bytes of s (none when max is not positive), cut at a
+// character boundary.
+func tail(s string, max int64) string {
+	if max <= 0 {
+		return ""
+	}
+	if int64(len(s)) <= max {
+		return s
+	}
+	i := len(s) - int(max)
+	for i < len(s) && !utf8.RuneStart(s[i]) {
+		i++
+	}
+	return s[i:]
+}
+
+// envelopeErrorText is the message of a bot's error envelope: its string,
+// or an OperationOutcome's issue texts.
+func envelopeErrorText(raw json.RawMessage) string {
+	var msg string
+	if json.Unmarshal(raw, &msg) == nil {
+		return msg
+	}
+	var oo fhir.OperationOutcome
+	if json.Unmarshal(raw, &oo) == nil && oo.ResourceType == "OperationOutcome" {
+		var parts []string
+		for _, is := range oo.Issue {
+			switch {
+			case is.Details != nil && is.Details.Text != "":
+				parts = append(parts, is.Details.Text)
+			case is.Diagnostics != "":
+				parts = append(parts, is.Diagnostics)
+			}
+		}
+		return strings.Join(parts, "; ")
+	}
+	return string(raw)
+}
+
+// inputReference is the execution's input as an AuditEvent entity, as the
+// reference records it: when it is a resource with an id.
+func inputReference(call botCall) string {
+	if len(call.input) == 0 || call.input[0] != '{' {
+		return ""
+	}
+	var in struct {
+		ResourceType string `json:"resourceType"`
+		ID           string `json:"id"`
+	}
+	if json.Unmarshal(call.input, &in) != nil || !fhir.KnownType(in.ResourceType) || !fhir.ValidID(in.ID) {
+		return ""
+	}
+	return in.ResourceType + "/" + in.ID
 }

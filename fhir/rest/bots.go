@@ -342,40 +342,12 @@ func (h *Handler) execute(w http.ResponseWriter, r *http.Request) {
 		h.fail(w, r, err)
 		return
 	}
-	mod, err := h.module(ctx, rec.Project, bot)
-	if err != nil {
-		h.fail(w, r, err)
+	call := botCall{mediaType: mediaType, input: input, headers: eventHeaders(r), traceID: httpx.TraceID(ctx)}
+	if h.jobs != nil && preferAsync(r) {
+		h.submitExecution(w, r, p, rec, call)
 		return
 	}
-	event, err := h.botEvent(ctx, r, p, rec, bot, project, mediaType, input)
-	if err != nil {
-		h.fail(w, r, err)
-		return
-	}
-	h.metrics.observeInput(mediaType, len(input))
-	// The Bot's timeout; none (zero) is the runtime's default, and the
-	// runtime caps it (docs/decisions.md 14).
-	var timeout time.Duration
-	if n, ok := bot["timeout"].(json.Number); ok {
-		if secs, err := n.Float64(); err == nil && secs > 0 {
-			const maxSecs = float64(math.MaxInt64 / time.Second) // beyond it a Duration overflows
-			timeout = time.Duration(min(secs, maxSecs) * float64(time.Second))
-		}
-	}
-	ex := runtime.Execution{
-		Event:  event,
-		Limits: runtime.Limits{Timeout: timeout},
-		FHIR:   h.botFHIR(ctx, rec),
-	}
-	res, err := h.cfg.Runtime.Execute(ctx, mod, ex)
-	if errors.Is(err, runtime.ErrModuleEvicted) {
-		// Dropped from the in-memory cache since it was looked up: compile
-		// it again (from the on-disk cache) and run it.
-		if mod, err = h.module(ctx, rec.Project, bot); err == nil {
-			res, err = h.cfg.Runtime.Execute(ctx, mod, ex)
-		}
-	}
-	h.audit(ctx, p, rec, bot, res, err)
+	res, err := h.runBot(ctx, p, rec, bot, project, call)
 	if err != nil {
 		var f *runtime.Failure
 		if errors.As(err, &f) {
@@ -391,6 +363,57 @@ func (h *Handler) execute(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	h.writeBotResult(w, r, mediaType, &res.Envelope)
+}
+
+// botCall is what an execution was asked to do: the input as the event
+// carries it (its media type, "" for a GET's query) and the event's
+// headers and trace id. An asynchronous execution keeps it in its job.
+type botCall struct {
+	mediaType string
+	input     json.RawMessage
+	headers   map[string]string
+	traceID   string
+}
+
+// runBot runs an execution of a Bot for p and audits it: the synchronous
+// $execute and the asynchronous job both come here, so that both run under
+// the same limits and admission and leave the same AuditEvent.
+func (h *Handler) runBot(ctx context.Context, p *principal.Principal, rec *store.Record, bot, project fhir.Resource, call botCall) (*runtime.Result, error) {
+	mod, err := h.module(ctx, rec.Project, bot)
+	if err != nil {
+		return nil, err
+	}
+	event, err := h.botEvent(p, rec, bot, project, call)
+	if err != nil {
+		return nil, err
+	}
+	h.metrics.observeInput(call.mediaType, len(call.input))
+	// The Bot's timeout; none (zero) is the runtime's default, and the
+	// runtime caps it (docs/decisions.md 14).
+	var timeout time.Duration
+	if n, ok := bot["timeout"].(json.Number); ok {
+		if secs, err := n.Float64(); err == nil && secs > 0 {
+			const maxSecs = float64(math.MaxInt64 / time.Second) // beyond it a Duration overflows
+			timeout = time.Duration(min(secs, maxSecs) * float64(time.Second))
+		}
+	}
+	ex := runtime.Execution{
+		Event:  event,
+		Limits: runtime.Limits{Timeout: timeout},
+		FHIR:   h.botFHIR(ctx, rec),
+	}
+	start := time.Now()
+	res, err := h.cfg.Runtime.Execute(ctx, mod, ex)
+	if errors.Is(err, runtime.ErrModuleEvicted) {
+		// Dropped from the in-memory cache since it was looked up: compile
+		// it again (from the on-disk cache) and run it.
+		if mod, err = h.module(ctx, rec.Project, bot); err == nil {
+			start = time.Now()
+			res, err = h.cfg.Runtime.Execute(ctx, mod, ex)
+		}
+	}
+	h.audit(p, rec, bot, call, start, res, err)
+	return res, err
 }
 
 // findBot resolves the bot of an $execute, as the caller may read it: by id,
@@ -503,8 +526,9 @@ func (h *Handler) botInput(r *http.Request, query url.Values, byIdentifier, js b
 	return mt, in, nil
 }
 
-// botEvent builds the event JSON.
-func (h *Handler) botEvent(ctx context.Context, r *http.Request, p *principal.Principal, rec *store.Record, bot, project fhir.Resource, mediaType string, input json.RawMessage) ([]byte, error) {
+// eventHeaders are the request's headers as the event carries them:
+// lower-cased, without the caller's credentials.
+func eventHeaders(r *http.Request) map[string]string {
 	headers := make(map[string]string, len(r.Header))
 	for k, v := range r.Header {
 		lk := strings.ToLower(k)
@@ -513,14 +537,19 @@ func (h *Handler) botEvent(ctx context.Context, r *http.Request, p *principal.Pr
 		}
 		headers[lk] = strings.Join(v, ", ")
 	}
+	return headers
+}
+
+// botEvent builds the event JSON.
+func (h *Handler) botEvent(p *principal.Principal, rec *store.Record, bot, project fhir.Resource, call botCall) ([]byte, error) {
 	ev := runtime.Event{
 		Bot:         runtime.Reference{Reference: "Bot/" + rec.ID, Display: bot.String("name")},
 		Requester:   runtime.Reference{Reference: p.Profile},
-		ContentType: mediaType,
-		Input:       input,
+		ContentType: call.mediaType,
+		Input:       call.input,
 		Secrets:     projectSecrets(project),
-		TraceID:     httpx.TraceID(ctx),
-		Headers:     headers,
+		TraceID:     call.traceID,
+		Headers:     call.headers,
 	}
 	return ev.JSON()
 }

@@ -20,6 +20,7 @@ import (
 	"github.com/sandbot/sandbot/internal/fhirgraphql"
 	"github.com/sandbot/sandbot/internal/fhirservice"
 	"github.com/sandbot/sandbot/internal/httpx"
+	"github.com/sandbot/sandbot/internal/jobs"
 	"github.com/sandbot/sandbot/internal/principal"
 	"github.com/sandbot/sandbot/limits"
 	"github.com/sandbot/sandbot/runtime"
@@ -45,6 +46,9 @@ type Config struct {
 	Runtime *runtime.Runtime
 	// Registerer receives the bot input metrics; nil registers none.
 	Registerer prometheus.Registerer
+	// Jobs runs asynchronous executions (Prefer: respond-async) and serves
+	// their status; nil answers every $execute synchronously.
+	Jobs *jobs.Runner
 }
 
 // Handler serves /fhir/R4.
@@ -56,6 +60,7 @@ type Handler struct {
 	extra   []func(*mux.Router)
 	metrics *botMetrics
 	audits  *auditWriter
+	jobs    *jobs.Runner
 	parsed  parsedCache
 	// warmer compiles changed Bots' modules in the background (nil
 	// without a runtime).
@@ -72,6 +77,10 @@ func New(cfg Config) *Handler {
 	h.audits = newAuditWriter(cfg.Store, cfg.Log, h.metrics)
 	if cfg.Runtime != nil {
 		h.warmer = newModuleWarmer(h, cfg.Registerer)
+		if cfg.Jobs != nil {
+			h.jobs = cfg.Jobs
+			h.jobs.Handle(executeJobKind, h.runExecutionJob)
+		}
 	}
 	return h
 }
@@ -92,6 +101,7 @@ func (h *Handler) Changed(changes []store.Change) {
 }
 
 // Close flushes pending audit events and stops the background compiler.
+// The job runner, whose executions are audited, is stopped first.
 func (h *Handler) Close() {
 	h.audits.close()
 	if h.warmer != nil {
@@ -125,6 +135,7 @@ func (h *Handler) Register(r *mux.Router) {
 		fn(api)
 	}
 	h.registerBots(api)
+	h.registerJobs(api)
 	h.definitionRoutes(api)
 	api.HandleFunc("/$graphql", h.graphql).Methods(http.MethodGet, http.MethodPost)
 	api.HandleFunc("", h.bundle).Methods(http.MethodPost)

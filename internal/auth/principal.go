@@ -178,7 +178,20 @@ func (a *Authenticator) fromToken(ctx context.Context, token string) (*principal
 		a.cachePut(tokenKey, p, gen, claims.ExpiresAt.Time)
 		return p, nil
 	}
-	login, err := a.store.Read(ctx, store.AllProjects, "Login", claims.LoginID)
+	p, err := a.loginPrincipal(ctx, claims.LoginID, claims.ClientID)
+	if err != nil {
+		return nil, err
+	}
+	a.cachePut("login:"+claims.LoginID, p, gen, time.Time{})
+	a.cachePut(tokenKey, p, gen, claims.ExpiresAt.Time)
+	return p, nil
+}
+
+// loginPrincipal resolves a login (and the client that logged in, if any)
+// into its principal: fhir.ErrUnauthorized when the login is gone or
+// revoked, or the client gone or inactive.
+func (a *Authenticator) loginPrincipal(ctx context.Context, loginID, clientID string) (*principal.Principal, error) {
+	login, err := a.store.Read(ctx, store.AllProjects, "Login", loginID)
 	if err != nil {
 		if fhir.IsCode(err, fhir.ENotFound) || fhir.IsCode(err, fhir.EGone) {
 			return nil, fhir.ErrUnauthorized
@@ -192,10 +205,10 @@ func (a *Authenticator) fromToken(ctx context.Context, token string) (*principal
 	if lr.Bool("revoked") {
 		return nil, fhir.ErrUnauthorized
 	}
-	if claims.ClientID != "" {
+	if clientID != "" {
 		// A client's tokens die with the client, whatever became of its
 		// membership.
-		if err := a.clientAlive(ctx, claims.ClientID); err != nil {
+		if err := a.clientAlive(ctx, clientID); err != nil {
 			return nil, err
 		}
 	}
@@ -204,10 +217,43 @@ func (a *Authenticator) fromToken(ctx context.Context, token string) (*principal
 	if err != nil {
 		return nil, err
 	}
-	p.LoginID = claims.LoginID
-	p.ClientID = claims.ClientID
-	a.cachePut("login:"+claims.LoginID, p, gen, time.Time{})
-	a.cachePut(tokenKey, p, gen, claims.ExpiresAt.Time)
+	p.LoginID = loginID
+	p.ClientID = clientID
+	return p, nil
+}
+
+// Resume resolves again, from the store and nothing cached, the principal
+// that c was taken from (principal.CredentialsOf): for work done later on a
+// caller's behalf, such as an asynchronous job. It is refused
+// (fhir.ErrUnauthorized) whenever the caller's credentials would be refused
+// now: its login revoked, its client deleted or deactivated, its membership
+// removed or deactivated. What the principal may do (admin, access policy)
+// is what it is now.
+func (a *Authenticator) Resume(ctx context.Context, c principal.Credentials) (*principal.Principal, error) {
+	if c.LoginID != "" {
+		p, err := a.loginPrincipal(ctx, c.LoginID, c.ClientID)
+		if err != nil {
+			return nil, err
+		}
+		if p.MembershipID() != c.MembershipID {
+			return nil, fhir.ErrUnauthorized
+		}
+		return p, nil
+	}
+	if c.ClientID != "" {
+		// Basic authentication: no login, the client's membership.
+		if err := a.clientAlive(ctx, c.ClientID); err != nil {
+			return nil, err
+		}
+	}
+	if c.MembershipID == "" {
+		return nil, fhir.ErrUnauthorized
+	}
+	p, err := a.principalFor(ctx, c.MembershipID)
+	if err != nil {
+		return nil, err
+	}
+	p.ClientID = c.ClientID
 	return p, nil
 }
 

@@ -128,6 +128,12 @@ var Rules = []Rule{
 	{Type: "UserSecurityRequest", Roles: ProjectAdmin, Deny: OpWrite},
 	{Type: "PasswordChangeRequest", Roles: ProjectAdmin, Deny: OpWrite},
 
+	// Asynchronous jobs are the server's to write; a job's submitter reads
+	// (and cancels) it through its status endpoint (internal/jobs), which
+	// admins may also use; through /fhir/R4 only admins read them.
+	{Type: "AsyncJob", Roles: NotSuperAdmin, Deny: OpWrite, Message: "AsyncJobs are written by the server: cancel one with DELETE on its status URL"},
+	{Type: "AsyncJob", Roles: Member | Bot, Deny: OpRead},
+
 	// A bot changes neither its project, the policies, any membership (its
 	// own included) nor any Bot's limits or code.
 	{Type: "Project", Roles: Bot, Deny: OpWrite},

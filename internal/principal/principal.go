@@ -58,6 +58,20 @@ func (p *Principal) IsBot() bool { return strings.HasPrefix(p.User, "Bot/") }
 // IsUser reports whether the principal is a person (a User login).
 func (p *Principal) IsUser() bool { return strings.HasPrefix(p.User, "User/") }
 
+// Credentials are what a principal was resolved from, kept so that it can
+// be resolved again later (internal/auth Resume), when work done on its
+// behalf runs after the request that asked for it.
+type Credentials struct {
+	MembershipID string `json:"membership"`
+	LoginID      string `json:"login,omitempty"`
+	ClientID     string `json:"client,omitempty"`
+}
+
+// CredentialsOf is what p was resolved from.
+func CredentialsOf(p *Principal) Credentials {
+	return Credentials{MembershipID: p.MembershipID(), LoginID: p.LoginID, ClientID: p.ClientID}
+}
+
 type contextKey struct{}
 
 // FromContext returns the principal stored in ctx, or nil.

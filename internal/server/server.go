@@ -24,6 +24,7 @@ import (
 	"github.com/sandbot/sandbot/internal/fhirgraphql"
 	"github.com/sandbot/sandbot/internal/fhirservice"
 	"github.com/sandbot/sandbot/internal/httpx"
+	"github.com/sandbot/sandbot/internal/jobs"
 	"github.com/sandbot/sandbot/internal/mail"
 	"github.com/sandbot/sandbot/limits"
 	"github.com/sandbot/sandbot/runtime"
@@ -74,6 +75,8 @@ type Server struct {
 	Bootstrap *admin.BootstrapResult
 	// Admin runs the user-management use-cases.
 	Admin *admin.Service
+	// Jobs runs the asynchronous executions of this process.
+	Jobs *jobs.Runner
 
 	ready atomic.Bool
 	log   *slog.Logger
@@ -107,8 +110,10 @@ func New(ctx context.Context, cfg Config, st store.Store, reg *prometheus.Regist
 	if err != nil {
 		return nil, err
 	}
+	s.Jobs = jobs.New(jobs.Config{Store: st, Workers: int(cfg.Limits.JobWorkers), QueuePerProject: int(cfg.Limits.JobQueue),
+		Lease: time.Duration(cfg.Limits.JobLeaseSeconds) * time.Second, Log: log, Registerer: reg})
 	s.FHIR = rest.New(rest.Config{Store: st, FHIR: s.Service, GraphQL: gql, Auth: s.Auth, BaseURL: cfg.BaseURL, Log: log,
-		Limits: cfg.Limits, Runtime: cfg.Runtime, Registerer: reg})
+		Limits: cfg.Limits, Runtime: cfg.Runtime, Registerer: reg, Jobs: s.Jobs})
 	// Every cache of the server hears of every change to what it keeps,
 	// whoever made it: this process (at commit, before the write returns)
 	// or another replica on the database (moments later).
@@ -193,12 +198,22 @@ func New(ctx context.Context, cfg Config, st store.Store, reg *prometheus.Regist
 	ops.HandleFunc("/healthz", readyz)
 	s.Ops = httpx.NoSniff(ops)
 	s.ready.Store(true)
+	s.Jobs.Start()
 	return s, nil
 }
 
-// Close stops listening to the store's changes and flushes what the server
-// writes in the background (bot audit events).
+// StopJobs stops claiming asynchronous jobs and waits for the running ones
+// until ctx ends; those still running then are cancelled and handed back to
+// the queue, to run again in another process or after the restart.
+func (s *Server) StopJobs(ctx context.Context) { s.Jobs.Stop(ctx) }
+
+// Close stops the job runner (handing back what still runs), stops listening
+// to the store's changes and flushes what the server writes in the
+// background (bot audit events).
 func (s *Server) Close() {
+	now, cancel := context.WithCancel(context.Background())
+	cancel()
+	s.Jobs.Stop(now)
 	s.unsubscribe()
 	s.FHIR.Close()
 }
