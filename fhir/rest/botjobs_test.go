@@ -96,13 +96,6 @@ func awaitMetric(t *testing.T, s *servertest.Server, name string, want float64) 
 	}
 }
 
-func countPatients(t *testing.T, c *servertest.Client, family string) int {
-	t.Helper()
-	b := c.Do("GET", "fhir/R4/Patient?family="+family+"&_total=accurate", nil, "").JSON()
-	n, _ := b["total"].(float64)
-	return int(n)
-}
-
 func TestAsyncExecution(t *testing.T) {
 	patientBot := readWasm(t, "../../examples/fhir-patient/fhir-patient.wasm")
 	testBots := readWasm(t, "../../runtime/testdata/bots.wasm")
