@@ -7,6 +7,7 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 
 	"github.com/graphql-go/graphql"
@@ -32,24 +33,34 @@ const (
 
 // Engine answers GraphQL queries for callers.
 type Engine struct {
-	schema graphql.Schema
-	res    *resolver
+	svc *fhirservice.Service
 }
 
-// New generates the schema from the embedded definitions; svc answers every
-// read and search.
-func New(svc *fhirservice.Service) (*Engine, error) {
+// sharedSchema is generated once per process (it takes about a second of
+// CPU and depends only on the embedded definitions); each Engine's reads go
+// to its own service, which every query carries in its context.
+var sharedSchema = sync.OnceValues(func() (*graphql.Schema, error) {
 	set, err := definitions.Load()
 	if err != nil {
 		return nil, err
 	}
-	r := &resolver{svc: svc}
-	schema, err := buildSchema(set, r)
+	schema, err := buildSchema(set, &resolver{})
 	if err != nil {
 		return nil, fmt.Errorf("fhirgraphql: schema: %w", err)
 	}
-	return &Engine{schema: schema, res: r}, nil
+	return &schema, nil
+})
+
+// New returns an engine whose reads and searches go through svc, and starts
+// generating the schema in the background so that the first query need not
+// wait for it.
+func New(svc *fhirservice.Service) *Engine {
+	go sharedSchema()
+	return &Engine{svc: svc}
 }
+
+// Schema is the generated schema (waiting for it the first time).
+func (e *Engine) Schema() (*graphql.Schema, error) { return sharedSchema() }
 
 // Request is one GraphQL request.
 type Request struct {
@@ -68,12 +79,16 @@ func (e *Engine) Do(ctx context.Context, p *principal.Principal, req *Request) (
 	if p == nil {
 		return nil, fhir.ErrUnauthorized
 	}
-	doc, err := e.prepare(req)
+	schema, err := e.Schema()
 	if err != nil {
 		return nil, err
 	}
-	ctx = context.WithValue(ctx, stateKey{}, &state{p: p})
-	res := graphql.Execute(graphql.ExecuteParams{Schema: e.schema, AST: doc, OperationName: req.OperationName,
+	doc, err := prepare(schema, req)
+	if err != nil {
+		return nil, err
+	}
+	ctx = context.WithValue(ctx, stateKey{}, &state{p: p, svc: e.svc})
+	res := graphql.Execute(graphql.ExecuteParams{Schema: *schema, AST: doc, OperationName: req.OperationName,
 		Args: req.Variables, Context: ctx})
 	return res, nil
 }
@@ -81,16 +96,16 @@ func (e *Engine) Do(ctx context.Context, p *principal.Principal, req *Request) (
 // prepare parses a query and checks it against the schema and the limits.
 // The library panics on some malformed documents its parser accepts (a
 // variable without a type); such a panic is a 400 too.
-func (e *Engine) prepare(req *Request) (doc *ast.Document, err error) {
+func prepare(schema *graphql.Schema, req *Request) (doc *ast.Document, err error) {
 	defer func() {
 		if p := recover(); p != nil {
 			doc, err = nil, fhir.Invalid("GraphQL query could not be checked: it is malformed", "query")
 		}
 	}()
-	return e.check(req)
+	return check(schema, req)
 }
 
-func (e *Engine) check(req *Request) (*ast.Document, error) {
+func check(schema *graphql.Schema, req *Request) (*ast.Document, error) {
 	if strings.TrimSpace(req.Query) == "" {
 		return nil, fhir.Invalid("Must provide query string", "query")
 	}
@@ -101,7 +116,7 @@ func (e *Engine) check(req *Request) (*ast.Document, error) {
 	if err := checkDocument(doc); err != nil {
 		return nil, err
 	}
-	if v := graphql.ValidateDocument(&e.schema, doc, nil); !v.IsValid {
+	if v := graphql.ValidateDocument(schema, doc, nil); !v.IsValid {
 		return nil, fhir.Invalid("GraphQL validation error: "+v.Errors[0].Message, "query")
 	}
 	return doc, nil
@@ -189,16 +204,19 @@ func checkDocument(doc *ast.Document) error {
 	return nil
 }
 
-// state is one query's: its caller and how many reads it made.
+// state is one query's: its caller, the service it reads through and how
+// many reads it made.
 type state struct {
 	p     *principal.Principal
+	svc   *fhirservice.Service
 	reads atomic.Int64
 }
 
 type stateKey struct{}
 
-// resolver reads and searches through the FHIR service.
-type resolver struct{ svc *fhirservice.Service }
+// resolver reads and searches through the FHIR service of the query
+// (state.svc).
+type resolver struct{}
 
 // get runs a GET through the service for the query's caller and decodes its
 // JSON answer.
@@ -210,7 +228,7 @@ func (r *resolver) get(ctx context.Context, rel string) (map[string]any, error) 
 	if st.reads.Add(1) > MaxReads {
 		return nil, fhir.Invalid(fmt.Sprintf("GraphQL query reads too many resources (limit %d reads and searches)", MaxReads))
 	}
-	resp := r.svc.Do(ctx, st.p, &fhirservice.Request{Method: "GET", URL: rel, Accept: "application/fhir+json"})
+	resp := st.svc.Do(ctx, st.p, &fhirservice.Request{Method: "GET", URL: rel, Accept: "application/fhir+json"})
 	if resp.Err != nil {
 		return nil, resp.Err
 	}

@@ -3,23 +3,21 @@ package fhirgraphql
 import (
 	"fmt"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/graphql-go/graphql"
 
 	"github.com/sandbot/sandbot/fhir"
+	"github.com/sandbot/sandbot/fhir/definitions"
 )
 
-var testEngine = sync.OnceValues(func() (*Engine, error) { return New(nil) })
-
-func engine(t testing.TB) *Engine {
-	e, err := testEngine()
+func engine(t testing.TB) *graphql.Schema {
+	s, err := sharedSchema()
 	if err != nil {
 		t.Fatal(err)
 	}
-	return e
+	return s
 }
 
 // TestSchemaShape: the generated schema has the reference's query fields and
@@ -29,7 +27,7 @@ func TestSchemaShape(t *testing.T) {
 	start := time.Now()
 	e := engine(t)
 	t.Logf("schema built in %v", time.Since(start))
-	q := e.schema.QueryType().Fields()
+	q := e.QueryType().Fields()
 	for _, f := range []string{"Patient", "PatientList", "Bot", "BotList", "ProjectMembershipList", "StructureDefinitionList", "SearchParameterList"} {
 		if q[f] == nil {
 			t.Errorf("no query field %s", f)
@@ -50,7 +48,7 @@ func TestSchemaShape(t *testing.T) {
 		"Reference":      {"reference", "display", "resource"},
 		"Observation":    {"valueQuantity", "valueString", "component"},
 	} {
-		o, ok := e.schema.Type(typ).(*graphql.Object)
+		o, ok := e.Type(typ).(*graphql.Object)
 		if !ok {
 			t.Errorf("no object type %s", typ)
 			continue
@@ -85,12 +83,12 @@ func TestPrepareRefuses(t *testing.T) {
 		"mutual cycle":     `fragment A on Patient { ...B } fragment B on Patient { ...A } { PatientList { id } }`,
 		"exponential":      exponentialFragments(30),
 	} {
-		_, err := e.prepare(&Request{Query: q})
+		_, err := prepare(e, &Request{Query: q})
 		if !fhir.IsCode(err, fhir.EInvalid) {
 			t.Errorf("%s: %v", what, err)
 		}
 	}
-	if _, err := e.prepare(&Request{Query: `{ PatientList(name: "x") { id name { family } } }`}); err != nil {
+	if _, err := prepare(e, &Request{Query: `{ PatientList(name: "x") { id name { family } } }`}); err != nil {
 		t.Errorf("a good query: %v", err)
 	}
 }
@@ -116,7 +114,7 @@ func FuzzPrepare(f *testing.F) {
 	f.Add(`{ __schema { types { name fields { name type { name ofType { name } } } } } }`)
 	f.Fuzz(func(t *testing.T, q string) {
 		e := engine(t)
-		doc, err := e.prepare(&Request{Query: q})
+		doc, err := prepare(e, &Request{Query: q})
 		if err != nil {
 			if !fhir.IsCode(err, fhir.EInvalid) {
 				t.Fatalf("%q: %v", q, err)
@@ -129,10 +127,14 @@ func FuzzPrepare(f *testing.F) {
 	})
 }
 
-// BenchmarkSchema is the cost of generating the schema at start.
+// BenchmarkSchema is the cost of generating the schema (once per process).
 func BenchmarkSchema(b *testing.B) {
+	set, err := definitions.Load()
+	if err != nil {
+		b.Fatal(err)
+	}
 	for range b.N {
-		if _, err := New(nil); err != nil {
+		if _, err := buildSchema(set, &resolver{}); err != nil {
 			b.Fatal(err)
 		}
 	}

@@ -104,15 +104,11 @@ func New(ctx context.Context, cfg Config, st store.Store, reg *prometheus.Regist
 	s := &Server{Store: st, Bootstrap: boot, log: log}
 	s.Auth = auth.NewAuthenticator(st, tokens, cfg.Limits, log)
 	s.Service = fhirservice.New(fhirservice.Config{Store: st, BaseURL: cfg.BaseURL, Limits: cfg.Limits})
-	// The GraphQL schema is generated from the embedded definitions once,
-	// at start.
-	gql, err := fhirgraphql.New(s.Service)
-	if err != nil {
-		return nil, err
-	}
 	s.Jobs = jobs.New(jobs.Config{Store: st, Workers: int(cfg.Limits.JobWorkers), QueuePerProject: int(cfg.Limits.JobQueue),
 		Lease: time.Duration(cfg.Limits.JobLeaseSeconds) * time.Second, Log: log, Registerer: reg})
-	s.FHIR = rest.New(rest.Config{Store: st, FHIR: s.Service, GraphQL: gql, Auth: s.Auth, BaseURL: cfg.BaseURL, Log: log,
+	// The GraphQL schema is generated from the embedded definitions once per
+	// process, in the background from here.
+	s.FHIR = rest.New(rest.Config{Store: st, FHIR: s.Service, GraphQL: fhirgraphql.New(s.Service), Auth: s.Auth, BaseURL: cfg.BaseURL, Log: log,
 		Limits: cfg.Limits, Runtime: cfg.Runtime, Registerer: reg, Jobs: s.Jobs})
 	// Every cache of the server hears of every change to what it keeps,
 	// whoever made it: this process (at commit, before the write returns)
