@@ -96,6 +96,15 @@ type Limits struct {
 	// process died runs again elsewhere this long after.
 	JobLeaseSeconds int64
 
+	// GraphQLDepth, GraphQLSelections and GraphQLReads bound one $graphql
+	// query: how deeply its selections nest (the standard introspection
+	// query needs about 13), how many selections it has with its fragments
+	// expanded, and how many reads and searches it makes (each list field
+	// and each resolved reference is one).
+	GraphQLDepth      int64
+	GraphQLSelections int64
+	GraphQLReads      int64
+
 	// AuthRequestsPerMinute is how many /auth/* and /oauth2/* requests a
 	// client IP may make per minute; negative means no limit.
 	AuthRequestsPerMinute int64
@@ -140,6 +149,10 @@ func Default() Limits {
 		ModuleDataSegments:   100_000,
 
 		BundleEntries: 1000,
+
+		GraphQLDepth:      24,
+		GraphQLSelections: 10_000,
+		GraphQLReads:      1000,
 
 		JobWorkers:      4,
 		JobQueue:        1000,
@@ -189,6 +202,9 @@ func (l Limits) WithDefaults() Limits {
 	set(&l.ModuleGlobals, d.ModuleGlobals)
 	set(&l.ModuleDataSegments, d.ModuleDataSegments)
 	set(&l.BundleEntries, d.BundleEntries)
+	set(&l.GraphQLDepth, d.GraphQLDepth)
+	set(&l.GraphQLSelections, d.GraphQLSelections)
+	set(&l.GraphQLReads, d.GraphQLReads)
 	set(&l.JobWorkers, d.JobWorkers)
 	set(&l.JobQueue, d.JobQueue)
 	set(&l.JobLeaseSeconds, d.JobLeaseSeconds)

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/sandbot/sandbot/internal/server"
 	"github.com/sandbot/sandbot/internal/servertest"
 )
 
@@ -112,4 +113,18 @@ func TestGraphQL(t *testing.T) {
 		wantOutcome(t, "anonymous", s.Anonymous(t).Do("POST", "fhir/R4/$graphql", map[string]any{"query": "{ PatientList { id } }"}, "application/json"), 401, "", "")
 		wantOutcome(t, "not JSON", c.Do("POST", "fhir/R4/$graphql", "{", "application/json"), 400, "invalid", "")
 	})
+}
+
+// TestGraphQLReadLimit: a query stops reading at the configured number of
+// reads and searches; what was read before stays in the answer.
+func TestGraphQLReadLimit(t *testing.T) {
+	servertest.ForEachBackend(t, func(t *testing.T, s *servertest.Server) {
+		c := s.NewProject(t, "graphql-limit")
+		pid := c.Create(map[string]any{"resourceType": "Patient"})["id"].(string)
+		_, a := gql(t, c, `{ a: Patient(id: "`+pid+`") { id } b: Patient(id: "`+pid+`") { id } c: Patient(id: "`+pid+`") { id } }`)
+		if a.Data["a"] == nil || a.Data["b"] == nil || a.Data["c"] != nil || len(a.Errors) != 1 ||
+			!strings.Contains(a.Errors[0].Message, "too many") {
+			t.Errorf("read limit 2: %+v", a)
+		}
+	}, func(c *server.Config) { c.Limits.GraphQLReads = 2 })
 }

@@ -19,21 +19,13 @@ import (
 	"github.com/sandbot/sandbot/fhir/definitions"
 	"github.com/sandbot/sandbot/internal/fhirservice"
 	"github.com/sandbot/sandbot/internal/principal"
-)
-
-// Limits of one query: how deeply selections nest (the standard
-// introspection query needs about 13), how many selections it has with its
-// fragments expanded, and how many reads and searches it may make (each
-// list field and each resolved reference is one).
-const (
-	MaxDepth      = 24
-	MaxSelections = 10_000
-	MaxReads      = 1000
+	"github.com/sandbot/sandbot/limits"
 )
 
 // Engine answers GraphQL queries for callers.
 type Engine struct {
 	svc *fhirservice.Service
+	lim limits.Limits
 }
 
 // sharedSchema is generated once per process (it takes about a second of
@@ -51,12 +43,12 @@ var sharedSchema = sync.OnceValues(func() (*graphql.Schema, error) {
 	return &schema, nil
 })
 
-// New returns an engine whose reads and searches go through svc, and starts
-// generating the schema in the background so that the first query need not
-// wait for it.
-func New(svc *fhirservice.Service) *Engine {
+// New returns an engine whose reads and searches go through svc, each query
+// within lim's GraphQL limits, and starts generating the schema in the
+// background so that the first query need not wait for it.
+func New(svc *fhirservice.Service, lim limits.Limits) *Engine {
 	go sharedSchema()
-	return &Engine{svc: svc}
+	return &Engine{svc: svc, lim: lim.WithDefaults()}
 }
 
 // Schema is the generated schema (waiting for it the first time).
@@ -83,11 +75,11 @@ func (e *Engine) Do(ctx context.Context, p *principal.Principal, req *Request) (
 	if err != nil {
 		return nil, err
 	}
-	doc, err := prepare(schema, req)
+	doc, err := prepare(schema, e.lim, req)
 	if err != nil {
 		return nil, err
 	}
-	ctx = context.WithValue(ctx, stateKey{}, &state{p: p, svc: e.svc})
+	ctx = context.WithValue(ctx, stateKey{}, &state{p: p, svc: e.svc, maxReads: e.lim.GraphQLReads})
 	res := graphql.Execute(graphql.ExecuteParams{Schema: *schema, AST: doc, OperationName: req.OperationName,
 		Args: req.Variables, Context: ctx})
 	return res, nil
@@ -96,16 +88,16 @@ func (e *Engine) Do(ctx context.Context, p *principal.Principal, req *Request) (
 // prepare parses a query and checks it against the schema and the limits.
 // The library panics on some malformed documents its parser accepts (a
 // variable without a type); such a panic is a 400 too.
-func prepare(schema *graphql.Schema, req *Request) (doc *ast.Document, err error) {
+func prepare(schema *graphql.Schema, lim limits.Limits, req *Request) (doc *ast.Document, err error) {
 	defer func() {
 		if p := recover(); p != nil {
 			doc, err = nil, fhir.Invalid("GraphQL query could not be checked: it is malformed", "query")
 		}
 	}()
-	return check(schema, req)
+	return check(schema, lim, req)
 }
 
-func check(schema *graphql.Schema, req *Request) (*ast.Document, error) {
+func check(schema *graphql.Schema, lim limits.Limits, req *Request) (*ast.Document, error) {
 	if strings.TrimSpace(req.Query) == "" {
 		return nil, fhir.Invalid("Must provide query string", "query")
 	}
@@ -113,7 +105,7 @@ func check(schema *graphql.Schema, req *Request) (*ast.Document, error) {
 	if err != nil {
 		return nil, fhir.Invalid("GraphQL syntax error: "+firstLine(err.Error()), "query")
 	}
-	if err := checkDocument(doc); err != nil {
+	if err := checkDocument(doc, lim); err != nil {
 		return nil, err
 	}
 	if v := graphql.ValidateDocument(schema, doc, nil); !v.IsValid {
@@ -126,29 +118,29 @@ func firstLine(s string) string { l, _, _ := strings.Cut(s, "\n"); return l }
 
 // checkDocument refuses mutations and subscriptions (the schema has none;
 // FHIR writes go through REST), fragments that spread themselves, and
-// selections nested deeper than MaxDepth or, with every fragment spread
-// expanded, more than MaxSelections of them. It runs before the library's
+// selections nested deeper than lim.GraphQLDepth or, with every fragment
+// spread expanded, more than lim.GraphQLSelections of them. It runs before the library's
 // validation, some of whose rules recurse without end on a fragment cycle
 // and grow exponentially with fragments spread several times.
-func checkDocument(doc *ast.Document) error {
+func checkDocument(doc *ast.Document, lim limits.Limits) error {
 	fragments := map[string]*ast.FragmentDefinition{}
 	for _, d := range doc.Definitions {
 		if f, ok := d.(*ast.FragmentDefinition); ok && f.Name != nil {
 			fragments[f.Name.Value] = f
 		}
 	}
-	selections := 0
+	var selections int64
 	var walk func(set *ast.SelectionSet, d int, stack map[string]bool) error
 	walk = func(set *ast.SelectionSet, d int, stack map[string]bool) error {
 		if set == nil {
 			return nil
 		}
-		if d > MaxDepth {
-			return fhir.Invalid(fmt.Sprintf("GraphQL query too deep (limit %d)", MaxDepth), "query")
+		if int64(d) > lim.GraphQLDepth {
+			return fhir.Invalid(fmt.Sprintf("GraphQL query too deep (limit %d)", lim.GraphQLDepth), "query")
 		}
 		for _, s := range set.Selections {
-			if selections++; selections > MaxSelections {
-				return fhir.Invalid(fmt.Sprintf("GraphQL query too large (limit %d selections with fragments expanded)", MaxSelections), "query")
+			if selections++; selections > lim.GraphQLSelections {
+				return fhir.Invalid(fmt.Sprintf("GraphQL query too large (limit %d selections with fragments expanded)", lim.GraphQLSelections), "query")
 			}
 			var err error
 			switch s := s.(type) {
@@ -207,9 +199,10 @@ func checkDocument(doc *ast.Document) error {
 // state is one query's: its caller, the service it reads through and how
 // many reads it made.
 type state struct {
-	p     *principal.Principal
-	svc   *fhirservice.Service
-	reads atomic.Int64
+	p        *principal.Principal
+	svc      *fhirservice.Service
+	maxReads int64
+	reads    atomic.Int64
 }
 
 type stateKey struct{}
@@ -225,8 +218,8 @@ func (r *resolver) get(ctx context.Context, rel string) (map[string]any, error) 
 	if st == nil {
 		return nil, fhir.ErrUnauthorized
 	}
-	if st.reads.Add(1) > MaxReads {
-		return nil, fhir.Invalid(fmt.Sprintf("GraphQL query reads too many resources (limit %d reads and searches)", MaxReads))
+	if st.reads.Add(1) > st.maxReads {
+		return nil, fhir.Invalid(fmt.Sprintf("GraphQL query reads too many resources (limit %d reads and searches)", st.maxReads))
 	}
 	resp := st.svc.Do(ctx, st.p, &fhirservice.Request{Method: "GET", URL: rel, Accept: "application/fhir+json"})
 	if resp.Err != nil {

@@ -10,6 +10,7 @@ import (
 
 	"github.com/sandbot/sandbot/fhir"
 	"github.com/sandbot/sandbot/fhir/definitions"
+	"github.com/sandbot/sandbot/limits"
 )
 
 func engine(t testing.TB) *graphql.Schema {
@@ -83,12 +84,12 @@ func TestPrepareRefuses(t *testing.T) {
 		"mutual cycle":     `fragment A on Patient { ...B } fragment B on Patient { ...A } { PatientList { id } }`,
 		"exponential":      exponentialFragments(30),
 	} {
-		_, err := prepare(e, &Request{Query: q})
+		_, err := prepare(e, limits.Default(), &Request{Query: q})
 		if !fhir.IsCode(err, fhir.EInvalid) {
 			t.Errorf("%s: %v", what, err)
 		}
 	}
-	if _, err := prepare(e, &Request{Query: `{ PatientList(name: "x") { id name { family } } }`}); err != nil {
+	if _, err := prepare(e, limits.Default(), &Request{Query: `{ PatientList(name: "x") { id name { family } } }`}); err != nil {
 		t.Errorf("a good query: %v", err)
 	}
 }
@@ -114,14 +115,14 @@ func FuzzPrepare(f *testing.F) {
 	f.Add(`{ __schema { types { name fields { name type { name ofType { name } } } } } }`)
 	f.Fuzz(func(t *testing.T, q string) {
 		e := engine(t)
-		doc, err := prepare(e, &Request{Query: q})
+		doc, err := prepare(e, limits.Default(), &Request{Query: q})
 		if err != nil {
 			if !fhir.IsCode(err, fhir.EInvalid) {
 				t.Fatalf("%q: %v", q, err)
 			}
 			return
 		}
-		if checkDocument(doc) != nil {
+		if checkDocument(doc, limits.Default()) != nil {
 			t.Fatalf("%q prepared but too deep", q)
 		}
 	})

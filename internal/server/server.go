@@ -108,7 +108,7 @@ func New(ctx context.Context, cfg Config, st store.Store, reg *prometheus.Regist
 		Lease: time.Duration(cfg.Limits.JobLeaseSeconds) * time.Second, Log: log, Registerer: reg})
 	// The GraphQL schema is generated from the embedded definitions once per
 	// process, in the background from here.
-	s.FHIR = rest.New(rest.Config{Store: st, FHIR: s.Service, GraphQL: fhirgraphql.New(s.Service), Auth: s.Auth, BaseURL: cfg.BaseURL, Log: log,
+	s.FHIR = rest.New(rest.Config{Store: st, FHIR: s.Service, GraphQL: fhirgraphql.New(s.Service, cfg.Limits), Auth: s.Auth, BaseURL: cfg.BaseURL, Log: log,
 		Limits: cfg.Limits, Runtime: cfg.Runtime, Registerer: reg, Jobs: s.Jobs})
 	// Every cache of the server hears of every change to what it keeps,
 	// whoever made it: this process (at commit, before the write returns)
