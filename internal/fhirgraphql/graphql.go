@@ -3,6 +3,7 @@ package fhirgraphql
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/url"
 	"strconv"
@@ -26,7 +27,20 @@ import (
 type Engine struct {
 	svc *fhirservice.Service
 	lim limits.Limits
+
+	// prepared keeps checked documents by query text: the web app sends
+	// the same few queries again and again, and checking one against the
+	// schema costs about a millisecond.
+	mu       sync.Mutex
+	prepared map[string]*ast.Document
 }
+
+// Bounds of the prepared-document cache: entries, and the longest query
+// kept. A full cache is emptied.
+const (
+	preparedEntries  = 256
+	preparedMaxQuery = 16 << 10
+)
 
 // sharedSchema is generated once per process (it takes about a second of
 // CPU and depends only on the embedded definitions); each Engine's reads go
@@ -48,7 +62,7 @@ var sharedSchema = sync.OnceValues(func() (*graphql.Schema, error) {
 // background so that the first query need not wait for it.
 func New(svc *fhirservice.Service, lim limits.Limits) *Engine {
 	go sharedSchema()
-	return &Engine{svc: svc, lim: lim.WithDefaults()}
+	return &Engine{svc: svc, lim: lim.WithDefaults(), prepared: map[string]*ast.Document{}}
 }
 
 // Schema is the generated schema (waiting for it the first time).
@@ -75,9 +89,21 @@ func (e *Engine) Do(ctx context.Context, p *principal.Principal, req *Request) (
 	if err != nil {
 		return nil, err
 	}
-	doc, err := prepare(schema, e.lim, req)
-	if err != nil {
-		return nil, err
+	e.mu.Lock()
+	doc := e.prepared[req.Query]
+	e.mu.Unlock()
+	if doc == nil {
+		if doc, err = prepare(schema, e.lim, req); err != nil {
+			return nil, err
+		}
+		if len(req.Query) <= preparedMaxQuery {
+			e.mu.Lock()
+			if len(e.prepared) >= preparedEntries {
+				clear(e.prepared)
+			}
+			e.prepared[req.Query] = doc
+			e.mu.Unlock()
+		}
 	}
 	ctx = context.WithValue(ctx, stateKey{}, &state{p: p, svc: e.svc, maxReads: e.lim.GraphQLReads})
 	res := graphql.Execute(graphql.ExecuteParams{Schema: *schema, AST: doc, OperationName: req.OperationName,
@@ -219,17 +245,27 @@ func (r *resolver) get(ctx context.Context, rel string) (map[string]any, error) 
 		return nil, fhir.ErrUnauthorized
 	}
 	if st.reads.Add(1) > st.maxReads {
-		return nil, fhir.Invalid(fmt.Sprintf("GraphQL query reads too many resources (limit %d reads and searches)", st.maxReads))
+		return nil, fmt.Errorf("GraphQL query reads too many resources (limit %d reads and searches)", st.maxReads)
 	}
 	resp := st.svc.Do(ctx, st.p, &fhirservice.Request{Method: "GET", URL: rel, Accept: "application/fhir+json"})
 	if resp.Err != nil {
-		return nil, resp.Err
+		return nil, fieldError(resp.Err)
 	}
 	var m map[string]any
 	if err := json.Unmarshal(resp.Body, &m); err != nil {
 		return nil, err
 	}
 	return m, nil
+}
+
+// fieldError is the error of a field as GraphQL shows it: the outcome's
+// text ("Not found"), not the error code; internal errors say no more.
+func fieldError(err error) error {
+	var fe *fhir.Error
+	if errors.As(err, &fe) {
+		return errors.New(fe.Message)
+	}
+	return errors.New("Internal server error")
 }
 
 // read resolves T(id:).

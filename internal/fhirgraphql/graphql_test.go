@@ -140,3 +140,18 @@ func BenchmarkSchema(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkPrepare is the parse, limit check and validation of the query
+// MedplumClient.requestSchema sends.
+func BenchmarkPrepare(b *testing.B) {
+	e := engine(b)
+	q := `{ StructureDefinitionList(_filter: "name eq Patient") { resourceType, name, kind, description, type, url,
+		snapshot { element { id, path, definition, min, max, base { path, min, max }, contentReference,
+		type { code, profile, targetProfile }, binding { strength, valueSet } } } }
+		SearchParameterList(base: "Patient", _count: 100) { base, code, type, expression, target } }`
+	for range b.N {
+		if _, err := prepare(e, limits.Default(), &Request{Query: q}); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
