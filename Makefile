@@ -52,6 +52,7 @@ test-replicas:
 
 # HL7 for FUZZTIME (60 s by default), its acknowledgements, the FHIR search,
 # _filter, FHIRPath and resource decoders, batch and transaction Bundles,
+# the FHIR service's dispatcher (any request a bot or a Bundle entry makes),
 # GraphQL queries, the bot input mapping, envelope parser and module
 # pre-parse and rewrite, client IPs, and the SDK's event decoder and envelope
 # encoder for a shorter while on every run.
@@ -66,6 +67,7 @@ fuzz:
 	GO=$(GO) scripts/fuzz.sh . ./fhir FuzzParseResource 10s
 	GO=$(GO) scripts/fuzz.sh . ./internal/fhirservice FuzzBundleRequest 10s
 	GO=$(GO) scripts/fuzz.sh . ./internal/fhirgraphql FuzzPrepare 10s
+	GO=$(GO) scripts/fuzz.sh . ./internal/fhirservice FuzzDispatch 10s
 	GO=$(GO) scripts/fuzz.sh . ./fhir FuzzMarshalMatchesEncodingJSON 10s
 	GO=$(GO) scripts/fuzz.sh . ./runtime FuzzInput 10s
 	GO=$(GO) scripts/fuzz.sh . ./runtime FuzzParseEnvelope 10s
