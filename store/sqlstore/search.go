@@ -86,9 +86,14 @@ func (s *Store) Search(ctx context.Context, scope store.Scope, req *fhir.SearchR
 	if err != nil {
 		return nil, err
 	}
-	args = append(args, req.Count+1, req.Offset)
 	var rows []row
-	if err := sqlx.SelectContext(ctx, s.q, &rows, s.rebind(sqlText+` LIMIT ? OFFSET ?`), args...); err != nil {
+	if sqlText == "" {
+		rows, err = s.sortWalk(ctx, b, req, conds)
+	} else {
+		args = append(args, req.Count+1, req.Offset)
+		err = sqlx.SelectContext(ctx, s.q, &rows, s.rebind(sqlText+` LIMIT ? OFFSET ?`), args...)
+	}
+	if err != nil {
 		return nil, fmt.Errorf("search: %w", err)
 	}
 	if len(rows) > req.Count {
@@ -103,7 +108,7 @@ func (s *Store) Search(ctx context.Context, scope store.Scope, req *fhir.SearchR
 }
 
 // pageQuery chooses the shape of the search (see Search) and writes it,
-// without its LIMIT and OFFSET.
+// without its LIMIT and OFFSET; "" means the sort walk (sortWalk).
 func (s *Store) pageQuery(ctx context.Context, b *builder, req *fhir.SearchRequest, conds []cond) (string, []any, error) {
 	cols := prefixed("r.", rowColumns)
 	byTime := len(req.Sort) == 0 || len(req.Sort) == 1 && req.Sort[0].Column == "last_updated"
@@ -163,11 +168,80 @@ func (s *Store) pageQuery(ctx context.Context, b *builder, req *fhir.SearchReque
 		sqlText += ` AND ` + others.sql + ` ORDER BY i.last_updated` + dir + `, i.resource_id` + dir
 		return sqlText, append(args, others.args...), nil
 	}
-	// walk
+	// walk: by the sort parameter's index when there is one
+	if len(req.Sort) == 1 && req.Sort[0].Param != nil {
+		return "", nil, nil
+	}
 	base := b.base("r")
 	all := and(append([]cond{base}, conds...))
 	order, oargs := b.order(req)
 	return `SELECT ` + cols + ` FROM resources r WHERE ` + all.sql + ` ORDER BY ` + order, concat(all.args, oargs), nil
+}
+
+// sortKeys are, for each index kind, the column a parameter sorts by
+// ascending and descending, and the column that breaks ties between two
+// rows of one resource (as order's MIN and MAX do).
+var sortKeys = map[fhir.IndexKind][4]string{
+	// asc key, asc tie, desc key, desc tie
+	fhir.TokenIndex:  {"value", "system", "value", "system"},
+	fhir.StringIndex: {"value_norm", "value_exact", "value_norm", "value_exact"},
+	fhir.DateIndex:   {"lo", "hi", "hi", "lo"},
+	fhir.NumberIndex: {"lo", "hi", "hi", "lo"},
+}
+
+// sortWalk pages a search sorted by one parameter that no rare filter
+// narrows: it walks the parameter's index in sort order, one row per
+// resource (its least value ascending, its greatest descending), testing
+// the conditions on each, and then the resources without a value, which
+// come last. Sorting every candidate by a correlated key instead took a
+// second for 50,000 of them.
+func (s *Store) sortWalk(ctx context.Context, b *builder, req *fhir.SearchRequest, conds []cond) ([]row, error) {
+	rule := req.Sort[0]
+	kind := fhir.KindOf(rule.Param.Type)
+	table := indexTable[kind]
+	keys := sortKeys[kind]
+	key, tie, cmp, dir := keys[0], keys[1], "<", ""
+	if rule.Descending {
+		key, tie, cmp, dir = keys[2], keys[3], ">", " DESC"
+	}
+	others := and(conds)
+	cols := prefixed("r.", rowColumns)
+	valued := `FROM ` + table + ` s JOIN resources r ON r.id = s.resource_id
+		WHERE s.resource_type = ? AND s.code = ?`
+	args := []any{b.typ, rule.Param.Code}
+	if b.projects != nil {
+		valued += ` AND s.project_id IN (` + placeholders(len(b.projects)) + `)`
+		args = append(args, b.projects...)
+	}
+	valued += ` AND NOT EXISTS (SELECT 1 FROM ` + table + ` j WHERE j.resource_id = s.resource_id AND j.code = s.code
+			AND (j.` + key + ` ` + cmp + ` s.` + key + ` OR j.` + key + ` = s.` + key + ` AND j.` + tie + ` ` + cmp + ` s.` + tie + `))
+		AND ` + others.sql
+	args = append(args, others.args...)
+	var rows []row
+	want := req.Count + 1
+	if err := sqlx.SelectContext(ctx, s.q, &rows, s.rebind(`SELECT `+cols+` `+valued+` ORDER BY s.`+key+dir+`, s.resource_id`+dir+` LIMIT ? OFFSET ?`),
+		append(append([]any{}, args...), want, req.Offset)...); err != nil {
+		return nil, err
+	}
+	if len(rows) == want {
+		return rows, nil
+	}
+	// The page reaches past the resources with a value: how many there
+	// are is known from this page, unless it started past them all.
+	valuedCount := req.Offset + len(rows)
+	if len(rows) == 0 && req.Offset > 0 {
+		if err := sqlx.GetContext(ctx, s.q, &valuedCount, s.rebind(`SELECT COUNT(*) `+valued), args...); err != nil {
+			return nil, err
+		}
+	}
+	missing := and([]cond{b.base("r"), others})
+	var more []row
+	if err := sqlx.SelectContext(ctx, s.q, &more, s.rebind(`SELECT `+cols+` FROM resources r WHERE `+missing.sql+`
+		AND NOT EXISTS (SELECT 1 FROM `+table+` j WHERE j.resource_id = r.id AND j.code = ?) ORDER BY r.id`+dir+` LIMIT ? OFFSET ?`),
+		concat(missing.args, []any{rule.Param.Code, want - len(rows), max(0, req.Offset-valuedCount)})...); err != nil {
+		return nil, err
+	}
+	return append(rows, more...), nil
 }
 
 // driverFilters are the filters whose index rows can give a search its

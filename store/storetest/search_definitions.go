@@ -119,7 +119,7 @@ func testSearchSortByParameter(t *testing.T, s store.Store) {
 		return mustCreate(t, s, "p1", `{"resourceType":"Observation","status":"final","code":{"coding":[{"system":"http://loinc.org","code":"8867-4"}]}`+eff+`}`).ID
 	}
 	a, b, c, none := obs("2021-05-01"), obs("2019-01-01"), obs("2023-12-31T10:00:00Z"), obs("")
-	mustCreate(t, s, "p1", `{"resourceType":"Observation","status":"final","code":{"coding":[{"system":"http://loinc.org","code":"other"}]},"effectiveDateTime":"2030-01-01"}`)
+	other := mustCreate(t, s, "p1", `{"resourceType":"Observation","status":"final","code":{"coding":[{"system":"http://loinc.org","code":"other"}]},"effectiveDateTime":"2030-01-01"}`).ID
 	expectOrder(t, s, sc, "Observation", "code=http://loinc.org|8867-4&_sort=-date", c, a, b, none)
 	expectOrder(t, s, sc, "Observation", "code=8867-4&_sort=date", b, a, c, none)
 	expectOrder(t, s, sc, "Observation", "code=8867-4&_sort=-date&_count=2&_offset=1", a, b)
@@ -131,6 +131,28 @@ func testSearchSortByParameter(t *testing.T, s store.Store) {
 	expectOrder(t, s, sc, "Patient", "_sort=-family", z, y, x)
 	expectOrder(t, s, sc, "Patient", "_sort=given,-_lastUpdated", z, y, x)
 	expectOrder(t, s, sc, "Patient", "_sort=-_id", maxOf(x, y, z), midOf(x, y, z), minOf(x, y, z))
+
+	// Without a filter the search walks the sort parameter's index: one row
+	// per resource whatever its number of values, then the resources
+	// without one; page by page it gives the same order.
+	w := p("Wu", "zoe")
+	if _, err := s.Update(context.Background(), sc, "Patient", w, store.Write{}, func(cur fhir.Resource) (fhir.Resource, error) {
+		cur["name"] = []any{map[string]any{"family": "Wu", "given": []any{"zoe", "aaron"}}}
+		return cur, nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	none2 := mustCreate(t, s, "p1", `{"resourceType":"Patient","gender":"other"}`).ID
+	asc := []string{w, z, y, x, none2} // given: aaron (w), amy, bea, cid; none last
+	expectOrder(t, s, sc, "Patient", "_sort=given", asc...)
+	expectOrder(t, s, sc, "Patient", "_sort=-given", w, x, y, z, none2) // zoe, cid, bea, amy
+	for off := range asc {
+		expectOrder(t, s, sc, "Patient", fmt.Sprintf("_sort=given&_count=1&_offset=%d", off), asc[off])
+	}
+	expectOrder(t, s, sc, "Patient", "_sort=given&_count=2&_offset=5")
+	// A negation drives nothing: the walk of the date index tests it.
+	expectOrder(t, s, sc, "Observation", "_sort=-date&code:not=http://loinc.org|other", c, a, b, none)
+	expectOrder(t, s, sc, "Observation", "_sort=date&status:not=cancelled", b, a, c, other, none)
 }
 
 func minOf(ids ...string) string   { return sorted(ids)[0] }
