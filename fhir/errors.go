@@ -3,6 +3,7 @@ package fhir
 import (
 	"errors"
 	"fmt"
+	"time"
 )
 
 // ErrorCode classifies an *Error. Each code maps to exactly one HTTP status
@@ -39,6 +40,9 @@ type Error struct {
 	// Outcome, when set, is sent as-is instead of one built from Code and Message
 	// (a bot may fail with its own OperationOutcome).
 	Outcome *OperationOutcome
+	// RetryAfter, when set, tells the caller of a refused request (code
+	// EThrottled) when to try again.
+	RetryAfter time.Duration
 }
 
 func (e *Error) Error() string {

@@ -47,9 +47,27 @@ type Limits struct {
 	// BotLogBytes is how much of an execution's log is kept (its end), in
 	// the result and in the execution's AuditEvent; negative keeps none.
 	BotLogBytes int64
+	// BotLogWriteBytes bounds everything an execution writes to its log
+	// (sandbot.log, stderr, a reactor's stdout, console), each line or
+	// write counted as at least 64 bytes; past it the execution fails, so
+	// that a flood of (even empty) lines stops early instead of running to
+	// the deadline.
+	BotLogWriteBytes int64
 	// BotStackBytes bounds an execution's call stack (estimated from each
 	// function's locals and operand stack); deeper recursion fails.
 	BotStackBytes int64
+
+	// ExecutionMemoryBytes is the node's memory budget for bot executions:
+	// each running execution holds its memory limit (or its module's
+	// smaller declared maximum), its tables, globals and stack, and what
+	// the host buffers for it (its output and one FHIR reply); an execution
+	// that does not fit is refused (429 with Retry-After) rather than
+	// queued. cmd/sandbot derives the default from the machine's memory
+	// when the operator does not set it.
+	ExecutionMemoryBytes int64
+	// ProjectExecutionPercent is the share of ExecutionMemoryBytes the
+	// running executions of one project may hold together.
+	ProjectExecutionPercent int64
 
 	// CompileConcurrency is how many modules compile at once; others wait
 	// (up to CompileQueue of them, then 429).
@@ -125,7 +143,11 @@ func Default() Limits {
 		BotMemoryBytes:   64 << 20,
 		BotOutputBytes:   8 << 20,
 		BotLogBytes:      10 << 10,
+		BotLogWriteBytes: 8 << 20,
 		BotStackBytes:    8 << 20,
+
+		ExecutionMemoryBytes:    1 << 30,
+		ProjectExecutionPercent: 50,
 
 		CompileConcurrency: 2,
 		CompileQueue:       16,
@@ -185,7 +207,10 @@ func (l Limits) WithDefaults() Limits {
 	set(&l.BotMemoryBytes, d.BotMemoryBytes)
 	set(&l.BotOutputBytes, d.BotOutputBytes)
 	set(&l.BotLogBytes, d.BotLogBytes)
+	set(&l.BotLogWriteBytes, d.BotLogWriteBytes)
 	set(&l.BotStackBytes, d.BotStackBytes)
+	set(&l.ExecutionMemoryBytes, d.ExecutionMemoryBytes)
+	set(&l.ProjectExecutionPercent, d.ProjectExecutionPercent)
 	set(&l.CompileConcurrency, d.CompileConcurrency)
 	set(&l.CompileQueue, d.CompileQueue)
 	set(&l.CompileCPUSeconds, d.CompileCPUSeconds)
@@ -248,8 +273,14 @@ func Settings() []Setting {
 			Min: 1 << 10, Max: 1 << 30, Field: func(l *Limits) *int64 { return &l.BotOutputBytes }},
 		{Env: "SANDBOT_BOT_LOG_BYTES", Flag: "bot-log-bytes", Usage: "bot log kept per execution (0: none)",
 			Min: 0, Max: 1 << 30, ZeroIsOff: true, Field: func(l *Limits) *int64 { return &l.BotLogBytes }},
+		{Env: "SANDBOT_BOT_LOG_WRITE_BYTES", Flag: "bot-log-write-bytes", Usage: "most an execution may write to its log, each line or write counted as at least 64 bytes (over: the execution fails)",
+			Min: 1 << 10, Max: 1 << 30, Field: func(l *Limits) *int64 { return &l.BotLogWriteBytes }},
 		{Env: "SANDBOT_BOT_STACK_BYTES", Flag: "bot-stack-bytes", Usage: "bot call stack limit (estimated)",
 			Min: 64 << 10, Max: 64 << 20, Field: func(l *Limits) *int64 { return &l.BotStackBytes }},
+		{Env: "SANDBOT_EXECUTION_MEMORY_BYTES", Flag: "execution-memory-bytes", Usage: "memory budget of the bot executions running at once (over: 429); default a quarter of the machine's (or container's) memory, at least 512 MiB",
+			Min: 1 << 20, Max: 1 << 44, Field: func(l *Limits) *int64 { return &l.ExecutionMemoryBytes }},
+		{Env: "SANDBOT_PROJECT_EXECUTION_PERCENT", Flag: "project-execution-percent", Usage: "share of the execution memory budget one project's executions may hold (over: 429)",
+			Min: 1, Max: 100, Field: func(l *Limits) *int64 { return &l.ProjectExecutionPercent }},
 		{Env: "SANDBOT_COMPILE_CONCURRENCY", Flag: "compile-concurrency", Usage: "bot modules compiled at once",
 			Min: 1, Max: 256, Field: func(l *Limits) *int64 { return &l.CompileConcurrency }},
 		{Env: "SANDBOT_COMPILE_QUEUE", Flag: "compile-queue", Usage: "compilations that may wait for a slot (more: 429; 0: none waits)",

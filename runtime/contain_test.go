@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"github.com/sandbot/sandbot/internal/wasmtest"
 	"strings"
 	"testing"
 	"time"
@@ -27,54 +28,20 @@ func compileErr(t *testing.T, r *Runtime, wasm []byte) *ModuleError {
 	return me
 }
 
-// localsDecl declares n locals of type t in groups of at most 2^32-1.
-func localsDecl(groups ...[2]uint32) []byte {
-	b := uleb(uint32(len(groups)))
-	for _, g := range groups {
-		b = append(b, uleb(g[0])...)
-		b = append(b, byte(g[1]))
-	}
-	return b
-}
-
-func nested(depth int) []byte {
-	var b []byte
-	for range depth {
-		b = append(b, 0x02, 0x40)
-	}
-	for range depth {
-		b = append(b, 0x0b)
-	}
-	return append(b, 0x0b)
-}
-
-func brTable(targets int) []byte {
-	b := []byte{0x02, 0x40, 0x41, 0x00, 0x0e}
-	b = append(b, uleb(uint32(targets-1))...)
-	for range targets {
-		b = append(b, 0x00)
-	}
-	return append(b, 0x0b, 0x0b)
-}
-
 func TestModuleBudget(t *testing.T) {
 	r := testRuntime(t)
 	d := limits.Default()
-	manyFuncs := func(n int) testModule {
-		var tm testModule
+	manyFuncs := func(n int) wasmtest.Module {
+		var tm wasmtest.Module
 		for range n {
-			tm.funcs = append(tm.funcs, testFunc{typ: 2, code: []byte{0x0b}})
+			tm.Funcs = append(tm.Funcs, wasmtest.Func{Type: 2, Code: []byte{0x0b}})
 		}
 		return tm
 	}
-	bigBody := testModule{funcs: []testFunc{{typ: 2, code: append(bytes.Repeat([]byte{0x01}, int(d.ModuleFunctionBytes)), 0x0b)}}}
-	manyLocals := testModule{}
+	bigBody := wasmtest.Module{Funcs: []wasmtest.Func{{Type: 2, Code: append(bytes.Repeat([]byte{0x01}, int(d.ModuleFunctionBytes)), 0x0b)}}}
+	manyLocals := wasmtest.Module{}
 	for range 21 {
-		manyLocals.funcs = append(manyLocals.funcs, testFunc{typ: 2, locals: localsDecl([2]uint32{50_000, tI64}), code: []byte{0x0b}})
-	}
-	hugeTables := testModule{}
-	for range 8 {
-		hugeTables.tables = append(hugeTables.tables, wcat([]byte{0x70, 0x00}, uleb(100_000_000)))
+		manyLocals.Funcs = append(manyLocals.Funcs, wasmtest.Func{Type: 2, Locals: wasmtest.Locals([2]uint32{50_000, wasmtest.I64}), Code: []byte{0x0b}})
 	}
 	cases := []struct {
 		name string
@@ -82,21 +49,21 @@ func TestModuleBudget(t *testing.T) {
 		want string
 	}{
 		// 116 bytes that declared 4·10⁹ locals killed the process (OOM).
-		{"4e9 locals", testModule{funcs: []testFunc{{typ: 2, locals: localsDecl([2]uint32{0xffffffff, tI64}, [2]uint32{0xffffffff, tI64}), code: []byte{0x0b}}}}.build(),
+		{"4e9 locals", wasmtest.Module{Funcs: []wasmtest.Func{{Type: 2, Locals: wasmtest.Locals([2]uint32{0xffffffff, wasmtest.I64}, [2]uint32{0xffffffff, wasmtest.I64}), Code: []byte{0x0b}}}}.Build(),
 			"locals, over the limit of 50000 per function"},
-		{"1e8 locals", testModule{funcs: []testFunc{{typ: 2, locals: localsDecl([2]uint32{100_000_000, tI32}), code: []byte{0x0b}}}}.build(),
+		{"1e8 locals", wasmtest.Module{Funcs: []wasmtest.Func{{Type: 2, Locals: wasmtest.Locals([2]uint32{100_000_000, wasmtest.I32}), Code: []byte{0x0b}}}}.Build(),
 			"over the limit of 50000 per function"},
-		{"locals in all", manyLocals.build(), "locals in all, over the limit of 1000000 per module"},
-		{"br_table of 1e6 targets", testModule{funcs: []testFunc{{typ: 2, code: brTable(1_000_000)}}}.build(),
+		{"locals in all", manyLocals.Build(), "locals in all, over the limit of 1000000 per module"},
+		{"br_table of 1e6 targets", wasmtest.Module{Funcs: []wasmtest.Func{{Type: 2, Code: wasmtest.BrTable(1_000_000)}}}.Build(),
 			"br_table of 1000000 targets, over the limit of 65520"},
-		{"nesting", testModule{funcs: []testFunc{{typ: 2, code: nested(10_001)}}}.build(), "nests blocks deeper than the limit of 10000"},
-		{"functions", manyFuncs(100_000).build(), "100002 functions, over the limit of 100000"},
-		{"body size", bigBody.build(), "over the limit of 2097152 bytes per function"},
-		{"8 tables of 1e8", hugeTables.build(), "tables declare 800000000 elements (initial and maximum sizes together), over the limit of 100000"},
-		{"table maximum counts", testModule{tables: [][]byte{wcat([]byte{0x70, 0x01, 0x01}, uleb(200_000))}}.build(), "over the limit of 100000"},
-		{"globals", testModule{globals: bytes.Split(bytes.Repeat([]byte{0x7f, 0x00, 0x41, 0x00, 0x0b, '|'}, 10_001), []byte{'|'})[:10_001]}.build(),
+		{"nesting", wasmtest.Module{Funcs: []wasmtest.Func{{Type: 2, Code: wasmtest.Nested(10_001)}}}.Build(), "nests blocks deeper than the limit of 10000"},
+		{"functions", manyFuncs(100_000).Build(), "100002 functions, over the limit of 100000"},
+		{"body size", bigBody.Build(), "over the limit of 2097152 bytes per function"},
+		{"8 tables of 1e8", wasmtest.HugeTables(8, 100_000_000), "tables declare 800000000 elements (initial and maximum sizes together), over the limit of 100000"},
+		{"table maximum counts", wasmtest.Module{Tables: [][]byte{wasmtest.Cat([]byte{0x70, 0x01, 0x01}, wasmtest.ULEB(200_000))}}.Build(), "over the limit of 100000"},
+		{"globals", wasmtest.Module{Globals: bytes.Split(bytes.Repeat([]byte{0x7f, 0x00, 0x41, 0x00, 0x0b, '|'}, 10_001), []byte{'|'})[:10_001]}.Build(),
 			"10001 globals, over the limit of 10000"},
-		{"type arity", testModule{types: [][]byte{functype(bytes.Repeat([]byte{tI32}, 129), nil)}}.build(), "129 parameters, over the limit of 128"},
+		{"type arity", wasmtest.Module{Types: [][]byte{wasmtest.FuncType(bytes.Repeat([]byte{wasmtest.I32}, 129), nil)}}.Build(), "129 parameters, over the limit of 128"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -116,8 +83,8 @@ func TestModuleBudgetDataBytes(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer r.Close(context.Background())
-	seg := wcat([]byte{0x01}, uleb(2<<20), make([]byte, 2<<20)) // passive, 2 MiB
-	me := compileErr(t, r, testModule{data: wcat(uleb(1), seg), raw: nil}.build())
+	seg := wasmtest.Cat([]byte{0x01}, wasmtest.ULEB(2<<20), make([]byte, 2<<20)) // passive, 2 MiB
+	me := compileErr(t, r, wasmtest.Module{Data: wasmtest.Cat(wasmtest.ULEB(1), seg)}.Build())
 	if !strings.Contains(me.Error(), "data segments hold 2097152 bytes, over the memory limit of 1048576 bytes") {
 		t.Fatal(me)
 	}
@@ -137,7 +104,7 @@ func TestIndexPastModuleRefused(t *testing.T) {
 		"memory.fill without memory":  {0x41, 0x00, 0x41, 0x00, 0x41, 0x00, 0xfc, 11, 1}, // memory 1
 	} {
 		t.Run(name, func(t *testing.T) {
-			me := compileErr(t, r, testModule{funcs: []testFunc{{typ: 2, code: code}}}.build())
+			me := compileErr(t, r, wasmtest.Module{Funcs: []wasmtest.Func{{Type: 2, Code: code}}}.Build())
 			if !strings.Contains(me.Error(), "invalid module") {
 				t.Fatal(me)
 			}
@@ -147,7 +114,7 @@ func TestIndexPastModuleRefused(t *testing.T) {
 
 func TestCallTreeStopsAtDeadline(t *testing.T) {
 	r := testRuntime(t)
-	m, err := r.Compile(context.Background(), callTree(32).build())
+	m, err := r.Compile(context.Background(), wasmtest.CallTree(32).Build())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -161,10 +128,10 @@ func TestCallTreeStopsAtDeadline(t *testing.T) {
 // instantiation, under the same deadline.
 func TestStartFunctionBounded(t *testing.T) {
 	r := testRuntime(t)
-	tm := callTree(32)
+	tm := wasmtest.CallTree(32)
 	start := uint32(2)
-	tm.start = &start
-	m, err := r.Compile(context.Background(), tm.build())
+	tm.Start = &start
+	m, err := r.Compile(context.Background(), tm.Build())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -178,7 +145,7 @@ func TestStartFunctionBounded(t *testing.T) {
 // the guest to return.
 func TestGCNotHeldByGuest(t *testing.T) {
 	r := testRuntime(t)
-	m, err := r.Compile(context.Background(), callTree(40).build())
+	m, err := r.Compile(context.Background(), wasmtest.CallTree(40).Build())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -201,9 +168,9 @@ func TestGCNotHeldByGuest(t *testing.T) {
 func TestDeepRecursionFailsCleanly(t *testing.T) {
 	r := testRuntime(t)
 	// Function 2 calls itself forever, with locals to make frames count.
-	tm := testModule{handle: []byte{0x10, 2, 0x42, 0x00, 0x0b}}
-	tm.funcs = []testFunc{{typ: 2, locals: localsDecl([2]uint32{16, tI64}), code: []byte{0x10, 2, 0x0b}}}
-	m, err := r.Compile(context.Background(), tm.build())
+	tm := wasmtest.Module{Handle: []byte{0x10, 2, 0x42, 0x00, 0x0b}}
+	tm.Funcs = []wasmtest.Func{{Type: 2, Locals: wasmtest.Locals([2]uint32{16, wasmtest.I64}), Code: []byte{0x10, 2, 0x0b}}}
+	m, err := r.Compile(context.Background(), tm.Build())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -216,33 +183,6 @@ func TestDeepRecursionFailsCleanly(t *testing.T) {
 
 func runtimeGC() { goruntime.GC() }
 
-// expensiveToCompile is within the module budget (119 KB, 50,000 locals,
-// one br_table of 60,000 targets into 200 nested blocks, 5,000 locals
-// moved around in a loop) and costs wazero's compiler about 8 s of CPU and
-// 165 MB.
-func expensiveToCompile() []byte {
-	const depth, targets = 200, 60_000
-	code := []byte{0x03, 0x40} // loop
-	for range depth {
-		code = append(code, 0x02, 0x40)
-	}
-	for i := range 5000 {
-		code = append(code, 0x20)
-		code = append(code, uleb(uint32(i*10))...)
-		code = append(code, 0x21)
-		code = append(code, uleb(uint32(i*10+1))...)
-	}
-	code = append(code, 0x41, 0x00, 0x0e)
-	code = append(code, uleb(targets-1)...)
-	for i := range targets {
-		code = append(code, uleb(uint32(i%(depth+1)))...)
-	}
-	for range depth + 2 {
-		code = append(code, 0x0b)
-	}
-	return testModule{funcs: []testFunc{{typ: 2, locals: localsDecl([2]uint32{50_000, tI64}), code: code}}}.build()
-}
-
 // TestCompileCeiling: a module the budget accepts but whose compilation
 // blows up is stopped at the compile CPU time or memory ceiling (the child
 // process is killed); it is refused, and the runtime goes on.
@@ -253,8 +193,8 @@ func TestCompileCeiling(t *testing.T) {
 		wasm []byte
 		want string
 	}{
-		{"cpu", limits.Limits{CompileCPUSeconds: 1}, expensiveToCompile(), "over the compile CPU time limit of 1 s"},
-		{"memory", limits.Limits{CompileMemoryBytes: 16 << 20}, expensiveToCompile(), "over the compile memory limit of 16777216 bytes"},
+		{"cpu", limits.Limits{CompileCPUSeconds: 1}, wasmtest.ExpensiveToCompile(), "over the compile CPU time limit of 1 s"},
+		{"memory", limits.Limits{CompileMemoryBytes: 16 << 20}, wasmtest.ExpensiveToCompile(), "over the compile memory limit of 16777216 bytes"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			r, err := New(context.Background(), Config{Limits: c.lim})
@@ -285,7 +225,7 @@ func TestCompileCanceledWhenCallersLeave(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer r.Close(context.Background())
-	wasm := expensiveToCompile()
+	wasm := wasmtest.ExpensiveToCompile()
 	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
 	defer cancel()
 	start := time.Now()
@@ -318,7 +258,7 @@ func TestCompileQueueFull(t *testing.T) {
 	defer r.Close(context.Background())
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	go r.Compile(ctx, expensiveToCompile())
+	go r.Compile(ctx, wasmtest.ExpensiveToCompile())
 	for len(r.compileSlots) == 0 {
 		time.Sleep(5 * time.Millisecond)
 	}
@@ -326,5 +266,117 @@ func TestCompileQueueFull(t *testing.T) {
 	var busy *BusyError
 	if !errors.As(err, &busy) || busy.RetryAfter <= 0 {
 		t.Fatalf("want *BusyError, got %v", err)
+	}
+}
+
+// TestLogFloodStops: a loop of empty log lines, through sandbot.log or a
+// WASI fd_write of a million empty iovecs, fails once it has written the
+// log write limit's worth (every line or write counting at least 64 bytes),
+// long before its deadline, and keeps the host's memory flat.
+func TestLogFloodStops(t *testing.T) {
+	r := testRuntime(t)
+	for name, wasm := range map[string][]byte{"sandbot.log": wasmtest.LogFlood(), "fd_write of empty iovecs": wasmtest.IovecFlood()} {
+		t.Run(name, func(t *testing.T) {
+			m, err := r.Compile(context.Background(), wasm)
+			if err != nil {
+				t.Fatal(err)
+			}
+			start := time.Now()
+			res, err := r.Execute(context.Background(), m, Execution{Event: []byte(`{}`), Limits: Limits{Timeout: 20 * time.Second}})
+			f := mustFail(t, res, err, FailOutput)
+			t.Logf("stopped after %v: %s", time.Since(start), f.Message)
+			if !strings.Contains(f.Message, "wrote more than 8388608 bytes of log") {
+				t.Fatal(f.Message)
+			}
+			if time.Since(start) > 10*time.Second {
+				t.Fatalf("the flood ran %v, on towards its 20 s deadline", time.Since(start))
+			}
+		})
+	}
+}
+
+// TestAdmission: executions hold their memory against the node's budget
+// and their project's share; one that does not fit is refused at once.
+func TestAdmission(t *testing.T) {
+	// Reservation of the tight loop: 64 KiB declared (no maximum: the
+	// 1 MiB limit), stack, output, log.
+	lim := limits.Limits{BotMemoryBytes: 1 << 20, BotStackBytes: 1 << 20, BotOutputBytes: 1 << 20, BotLogBytes: 1 << 10}
+	per := uint64(1<<20 + 1<<20 + 2<<20 + 4<<10 + 8) // + the table's 8 bytes
+	lim.ExecutionMemoryBytes = int64(3 * per)
+	lim.ProjectExecutionPercent = 67 // two executions of one project
+	r, err := New(context.Background(), Config{Limits: lim})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close(context.Background())
+	m, err := r.Compile(context.Background(), wasmtest.Reactor(wasmtest.TightLoopBody))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := r.reservation(m, r.limits(Limits{})); got != per {
+		t.Fatalf("reservation %d, want %d", got, per)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	run := func(tenant string) error {
+		_, err := r.Execute(ctx, m, Execution{Event: []byte(`{}`), Tenant: tenant, Limits: Limits{Timeout: time.Minute}})
+		return err
+	}
+	done := make(chan error, 3)
+	for _, tenant := range []string{"a", "a", "b"} {
+		go func() { done <- run(tenant) }()
+		for r.admission.reserved() == 0 || r.admission.reserved()%per != 0 || r.admission.reserved() < per*uint64(len(done)+1) {
+			time.Sleep(time.Millisecond)
+			if r.admission.reserved() >= 3*per {
+				break
+			}
+		}
+	}
+	for r.admission.reserved() < 3*per {
+		time.Sleep(time.Millisecond)
+	}
+	var busy *BusyError
+	if err := run("c"); !errors.As(err, &busy) || !strings.Contains(busy.Reason, "Too many bot executions") || busy.RetryAfter <= 0 {
+		t.Fatalf("a fourth execution: %v", err)
+	}
+	cancel()
+	for range 3 {
+		<-done
+	}
+	// Project share: two of project a fill its 67%, while b still runs.
+	ctx, cancel = context.WithCancel(context.Background())
+	defer cancel()
+	go run("a")
+	go run("a")
+	for r.admission.reserved() < 2*per {
+		time.Sleep(time.Millisecond)
+	}
+	if err := run("a"); !errors.As(err, &busy) || !strings.Contains(busy.Reason, "project") {
+		t.Fatalf("a third execution of one project: %v", err)
+	}
+	cctx, ccancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer ccancel()
+	if _, err := r.Execute(cctx, m, Execution{Event: []byte(`{}`), Tenant: "b"}); errors.As(err, &busy) {
+		t.Fatalf("another project refused: %v", err)
+	}
+}
+
+// TestFHIRReplyCapped: a FHIR reply over the output limit reaches the bot
+// as a 413, not as megabytes copied into it.
+func TestFHIRReplyCapped(t *testing.T) {
+	r := testRuntime(t)
+	m := compileFixture(t, r, "bots.wasm")
+	res, err := r.Execute(context.Background(), m, Execution{
+		Event:  event("fhir"),
+		Limits: Limits{OutputBytes: 1 << 20},
+		FHIR: func(ctx context.Context, req []byte) []byte {
+			return []byte(`{"status":200,"body":"` + strings.Repeat("x", 2<<20) + `"}`)
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.HasPrefix(string(res.Envelope.Result), `{"status":413,`) {
+		t.Fatalf("result %.200s", res.Envelope.Result)
 	}
 }

@@ -54,8 +54,13 @@ type Execution struct {
 	Limits Limits
 	// FHIR answers the bot's sandbot.fhir calls: it receives the request
 	// JSON and returns the response JSON ({"status":...,"body":...}). Nil
-	// answers every call with status 501.
+	// answers every call with status 501. A reply larger than the output
+	// limit reaches the bot as a 413.
 	FHIR func(ctx context.Context, request []byte) []byte
+	// Tenant is who the execution counts against besides the node (the
+	// bot's project): the executions of one tenant may hold
+	// ProjectExecutionPercent of the execution memory budget.
+	Tenant string
 }
 
 // Result is what an execution produced. Logs are set even when Execute
@@ -123,12 +128,33 @@ func (r *Runtime) Execute(ctx context.Context, m *Module, ex Execution) (*Result
 	}
 	defer m.release()
 	lim := r.limits(ex.Limits)
+	release, refused := r.admission.acquire(ex.Tenant, r.reservation(m, lim))
+	if refused != "" {
+		r.metrics.admission.WithLabelValues(refused).Inc()
+		if refused == "project" {
+			return nil, &BusyError{Reason: "This project's bots are using their share of the server's execution memory; try again shortly", RetryAfter: retryAfter}
+		}
+		return nil, &BusyError{Reason: "Too many bot executions are running; try again shortly", RetryAfter: retryAfter}
+	}
+	if inner := ex.FHIR; inner != nil {
+		ex.FHIR = func(ctx context.Context, req []byte) []byte {
+			if resp := inner(ctx, req); len(resp) <= lim.OutputBytes {
+				return resp
+			}
+			return fhirReplyTooLarge(lim.OutputBytes)
+		}
+	}
+	r.metrics.reservedBytes.Set(float64(r.admission.reserved()))
+	defer func() {
+		release()
+		r.metrics.reservedBytes.Set(float64(r.admission.reserved()))
+	}()
 	start := time.Now()
 	r.metrics.inFlight.Inc()
 	defer r.metrics.inFlight.Dec()
 
 	res := &Result{}
-	logs := &logBuffer{max: lim.LogBytes}
+	logs := &logBuffer{max: lim.LogBytes, writeMax: r.cfg.Limits.BotLogWriteBytes}
 	var err error
 	var used uint64
 	if m.js != nil {
@@ -169,6 +195,7 @@ func (r *Runtime) run(parent context.Context, m *Module, ex Execution, lim Limit
 	defer cancelTimeout()
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
+	logs.onFlood(func() { cancel(errLogFlood) })
 	ctx = context.WithValue(ctx, stateKey{}, &execState{fhir: ex.FHIR, logs: logs})
 	ctx = experimental.WithMemoryAllocator(ctx, mem)
 
@@ -199,6 +226,8 @@ func (r *Runtime) run(parent context.Context, m *Module, ex Execution, lim Limit
 			switch {
 			case errors.Is(cause, errOutput):
 				return failf(FailOutput, "Bot output exceeded the limit of %d bytes", lim.OutputBytes)
+			case errors.Is(cause, errLogFlood):
+				return r.logFlood()
 			case errors.Is(cause, errTimeout):
 				return failf(FailTimeout, "Bot execution timed out after %d ms", lim.Timeout.Milliseconds())
 			case errors.Is(cause, context.DeadlineExceeded):
@@ -303,6 +332,11 @@ func (r *Runtime) run(parent context.Context, m *Module, ex Execution, lim Limit
 	}
 	res.Envelope = env
 	return nil
+}
+
+func (r *Runtime) logFlood() error {
+	return failf(FailOutput, "Bot wrote more than %d bytes of log (each line or write counts as at least %d bytes)",
+		r.cfg.Limits.BotLogWriteBytes, minLogCharge)
 }
 
 func parseEnvelope(b []byte) (Envelope, error) {

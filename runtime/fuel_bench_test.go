@@ -2,12 +2,13 @@ package runtime
 
 import (
 	"context"
+	"github.com/sandbot/sandbot/internal/wasmtest"
 	"testing"
 )
 
 // What the instrumentation costs (wasmrewrite.go): a tight loop (one fuel
 // charge per iteration) and a call-heavy function (a charge and a call depth
-// check per call). Both modules are built with reactorModule only, so this
+// check per call). Both modules are built with wasmtest.Reactor only, so this
 // file runs unchanged on a build without the instrumentation, to compare.
 
 // loopBody counts mem[0] down from 10^6 to 0; the envelope is "{}" at 100.
@@ -25,15 +26,15 @@ var loopBody = []byte{
 // fibModule's sandbot_alloc (function 0, (i32) -> i32) is a recursive
 // Fibonacci; its handler computes fib(25) (242,785 calls).
 func fibModule() []byte {
-	wasm := reactorModule([]byte{
+	wasm := wasmtest.Reactor([]byte{
 		0x41, 0x19, 0x10, 0x00, 0x1a, // drop(fib(25))
 		0x41, 0xe4, 0x00, 0x41, 0xfb, 0xfa, 0x01, 0x3b, 0x01, 0x00,
 		0x42, 0x82, 0x80, 0x80, 0x80, 0xc0, 0x0c,
 		0x0b,
 	})
 	// Replace sandbot_alloc's body (i32.const 1024; end) by fib.
-	old := wbody(0x41, 0x80, 0x08, 0x0b)
-	fib := wbody(
+	old := wasmtest.Body(0x41, 0x80, 0x08, 0x0b)
+	fib := wasmtest.Body(
 		0x20, 0x00, 0x41, 0x02, 0x49, // local.get 0 < 2
 		0x04, 0x7f, // if (result i32)
 		0x20, 0x00,
@@ -55,7 +56,7 @@ func fibModule() []byte {
 }
 
 // fixSectionSize adds delta to the size of section id (sizes below 128
-// bytes, one LEB128 byte, as reactorModule makes them).
+// bytes, one LEB128 byte, as wasmtest.Reactor makes them).
 func fixSectionSize(wasm []byte, id byte, delta int) []byte {
 	for off := 8; off < len(wasm); {
 		sid, size := wasm[off], int(wasm[off+1])
@@ -84,6 +85,6 @@ func benchModule(b *testing.B, wasm []byte, unit string, units float64) {
 	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/units, "ns/"+unit)
 }
 
-func BenchmarkTightLoop(b *testing.B) { benchModule(b, reactorModule(loopBody), "iteration", 1e6) }
+func BenchmarkTightLoop(b *testing.B) { benchModule(b, wasmtest.Reactor(loopBody), "iteration", 1e6) }
 
 func BenchmarkCallHeavy(b *testing.B) { benchModule(b, fibModule(), "call", 242785) }

@@ -3,6 +3,7 @@ package runtime
 import (
 	"context"
 	"encoding/json"
+	"github.com/sandbot/sandbot/internal/wasmtest"
 	"testing"
 	"unicode/utf8"
 
@@ -88,10 +89,10 @@ func FuzzParseEnvelope(f *testing.F) {
 // 64 GB table.) Seeds: small hand-built modules (the fixtures, tens of
 // kilobytes, slow the fuzzing engine to a crawl).
 func FuzzPrepareModule(f *testing.F) {
-	f.Add(reactorModule(tightLoopBody))
-	f.Add(reactorModule(growBody))
-	f.Add(callTree(4).build())
-	f.Add(testModule{funcs: []testFunc{{typ: 2, code: brTable(5)}}}.build())
+	f.Add(wasmtest.Reactor(wasmtest.TightLoopBody))
+	f.Add(wasmtest.Reactor(wasmtest.GrowBody))
+	f.Add(wasmtest.CallTree(4).Build())
+	f.Add(wasmtest.Module{Funcs: []wasmtest.Func{{Type: 2, Code: wasmtest.BrTable(5)}}}.Build())
 	ctx := context.Background()
 	wz := wazero.NewRuntimeWithConfig(ctx, wazero.NewRuntimeConfigInterpreter())
 	defer wz.Close(ctx)

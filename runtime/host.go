@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 
 	"github.com/tetratelabs/wazero"
@@ -26,6 +27,12 @@ func stateFrom(ctx context.Context) *execState {
 
 // fhirNotImplemented answers the fhir import when the host gave no handler.
 var fhirNotImplemented = []byte(`{"status":501,"body":{"resourceType":"OperationOutcome","issue":[{"severity":"error","code":"not-supported","details":{"text":"FHIR access is not available to this execution"}}]}}`)
+
+// fhirReplyTooLarge answers a FHIR call whose reply is over the output
+// limit: the host buffers at most that much for a guest.
+func fhirReplyTooLarge(limit int) []byte {
+	return fmt.Appendf(nil, `{"status":413,"body":{"resourceType":"OperationOutcome","issue":[{"severity":"error","code":"too-costly","details":{"text":"FHIR response over the bot's limit of %d bytes: ask for less (_count, _elements)"}}]}}`, limit)
+}
 
 func instantiateHost(ctx context.Context, wz wazero.Runtime) error {
 	i32, i64 := api.ValueTypeI32, api.ValueTypeI64
@@ -81,8 +88,8 @@ func hostLog(ctx context.Context, mod api.Module, stack []uint64) {
 	if !ok {
 		panic(hostError("sandbot.log: message out of bounds of memory"))
 	}
-	if st := stateFrom(ctx); st != nil {
-		st.logs.add(int(min(max(level, 0), 3)), b)
+	if st := stateFrom(ctx); st != nil && !st.logs.add(int(min(max(level, 0), 3)), b) {
+		panic(errLogFlood) // the execution is over: stop now
 	}
 }
 
@@ -123,45 +130,118 @@ type LogLine struct {
 	Text  string `json:"text"`
 }
 
-// logBuffer keeps the last max bytes of an execution's log.
+// minLogCharge is what every log line and every write to a log stream
+// costs against the execution's log write limit, however short: an empty
+// line or a zero-length WASI iovec is not free.
+const minLogCharge = 64
+
+// logBuffer keeps the last max bytes of an execution's log, and counts
+// everything written to it against writeMax.
 type logBuffer struct {
 	mu        sync.Mutex
 	max       int
 	size      int
-	lines     []LogLine
+	lines     []LogLine // kept from start on
+	costs     []int     // what each line costs against max
+	start     int
 	truncated bool
+
+	writeMax int64 // 0: no write limit
+	written  int64
+	flooded  bool
+	flood    func() // called once when written passes writeMax
 }
 
-// add keeps a line. A line counts its length plus one (its newline), so
-// that empty lines, too, are bounded by max.
-func (l *logBuffer) add(level int, text []byte) {
+// charge counts a write of n bytes (at least minLogCharge) and reports
+// whether the execution is still within its log write limit.
+func (l *logBuffer) charge(n int) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	return l.chargeLocked(n)
+}
+
+func (l *logBuffer) chargeLocked(n int) bool {
+	if l.writeMax <= 0 {
+		return true
+	}
+	if l.flooded {
+		return false
+	}
+	l.written += int64(max(n, minLogCharge))
+	if l.written <= l.writeMax {
+		return true
+	}
+	l.flooded = true
+	if l.flood != nil {
+		l.flood()
+	}
+	return false
+}
+
+// onFlood sets what happens when the write limit is passed.
+func (l *logBuffer) onFlood(f func()) {
+	l.mu.Lock()
+	l.flood = f
+	l.mu.Unlock()
+}
+
+// add charges and keeps a line (a line from sandbot.log or the JavaScript
+// console: each call is a write); false: past the log write limit, the
+// line is dropped.
+func (l *logBuffer) add(level int, text []byte) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if !l.chargeLocked(len(text)) {
+		return false
+	}
+	l.keep(level, text)
+	return true
+}
+
+// keep keeps a line. A line costs its length plus one (its newline), and at
+// least minLogCharge, against max, so that the lines kept, even empty ones,
+// hold a bounded amount of host memory. Dropping the oldest lines is
+// amortized (they are sliced off the front and compacted when half the
+// slice is dropped): a log full of short lines used to copy all of them for
+// every new one.
+func (l *logBuffer) keep(level int, text []byte) {
 	if l.max <= 0 {
 		l.truncated = true
 		return
 	}
-	if len(text)+1 > l.max {
-		text = text[len(text)-(l.max-1):]
+	cost := max(len(text)+1, minLogCharge)
+	if cost > l.max {
+		text = text[len(text)-min(len(text), l.max-1):]
+		cost = l.max
 		l.truncated = true
 	}
 	l.lines = append(l.lines, LogLine{Level: level, Text: string(text)})
-	l.size += len(text) + 1
-	drop := 0
+	l.costs = append(l.costs, cost)
+	l.size += cost
 	for l.size > l.max {
-		l.size -= len(l.lines[drop].Text) + 1
-		drop++
-	}
-	if drop > 0 {
+		l.size -= l.costs[l.start]
+		l.lines[l.start] = LogLine{}
+		l.start++
 		l.truncated = true
-		l.lines = append(l.lines[:0], l.lines[drop:]...)
 	}
+	if l.start > len(l.lines)/2 {
+		n := copy(l.lines, l.lines[l.start:])
+		copy(l.costs, l.costs[l.start:])
+		l.lines, l.costs, l.start = l.lines[:n], l.costs[:n], 0
+	}
+}
+
+// keepLine keeps a line already charged (a line of a stream write).
+func (l *logBuffer) keepLine(level int, text []byte) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.keep(level, text)
 }
 
 func (l *logBuffer) result() ([]LogLine, bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return append([]LogLine(nil), l.lines...), l.truncated
+	return append([]LogLine(nil), l.lines[l.start:]...), l.truncated
 }
 
 // lineWriter turns a WASI output stream into log lines.
@@ -173,7 +253,14 @@ type lineWriter struct {
 	panic   string // first Go "panic: " or "fatal error: " line
 }
 
+// errLogFlood is what a log stream's Write returns past the log write
+// limit: WASI's fd_write stops at the first failing iovec.
+var errLogFlood = errors.New("bot log write limit")
+
 func (w *lineWriter) Write(p []byte) (int, error) {
+	if !w.logs.charge(len(p)) {
+		return 0, errLogFlood
+	}
 	n := len(p)
 	for len(p) > 0 {
 		i := bytes.IndexByte(p, '\n')
@@ -200,7 +287,7 @@ func (w *lineWriter) emit(line []byte) {
 			w.panic = string(line)
 		}
 	}
-	w.logs.add(w.level, line)
+	w.logs.keepLine(w.level, line)
 }
 
 func (w *lineWriter) flush() {

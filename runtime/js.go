@@ -676,6 +676,11 @@ func (r *Runtime) CompileJS(ctx context.Context, code []byte, filename string) (
 		if m, ok := r.Lookup(hash); ok && m.js != nil {
 			return m, nil
 		}
+		release, err := r.slot(ctx) // evaluating the code is compiling it
+		if err != nil {
+			return nil, err
+		}
+		defer release()
 		return r.compileJS(ctx, eng, hash, code, filename)
 	})
 }
@@ -856,6 +861,7 @@ func (r *Runtime) runJS(parent context.Context, m *Module, ex Execution, lim Lim
 	defer cancelTimeout()
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
+	logs.onFlood(func() { cancel(errLogFlood) })
 
 	inst := bot.get()
 	if inst == nil {
@@ -989,6 +995,8 @@ func (r *Runtime) classifyJS(ctx context.Context, inst *jsInstance, call *jsCall
 			return failf(FailTimeout, "Bot execution timed out after %d ms", lim.Timeout.Milliseconds())
 		case errors.Is(cause, context.DeadlineExceeded):
 			return failf(FailTimeout, "Bot execution timed out after %d ms", time.Since(start).Milliseconds())
+		case errors.Is(cause, errLogFlood):
+			return r.logFlood()
 		default:
 			return fmt.Errorf("bot execution canceled: %w", cause)
 		}

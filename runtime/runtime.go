@@ -79,6 +79,7 @@ type Runtime struct {
 	ownCacheDir    bool
 	compileSlots   chan struct{}
 	compileWaiting atomic.Int64
+	admission      *admission
 	lastChild      atomic.Pointer[childUsage] // for tests
 
 	mu          sync.RWMutex
@@ -150,6 +151,7 @@ func New(ctx context.Context, cfg Config) (*Runtime, error) {
 		cacheDir:     cacheDir,
 		ownCacheDir:  ownCacheDir,
 		compileSlots: make(chan struct{}, max(l.CompileConcurrency, 1)),
+		admission:    newAdmission(l.ExecutionMemoryBytes, l.ProjectExecutionPercent),
 	}
 	if _, err := wasi_snapshot_preview1.Instantiate(ctx, wz); err != nil {
 		_ = r.Close(ctx)

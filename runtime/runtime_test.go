@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/sandbot/sandbot/internal/wasmtest"
 	"os"
 	"path/filepath"
 	"strings"
@@ -31,7 +32,10 @@ var (
 func testRuntime(t testing.TB) *Runtime {
 	t.Helper()
 	sharedOnce.Do(func() {
-		shared, sharedErr = New(context.Background(), Config{CacheDir: testCacheDir(), Registerer: sharedReg})
+		// Tests run many executions at once: no execution memory budget to
+		// speak of (TestAdmission has its own).
+		shared, sharedErr = New(context.Background(), Config{CacheDir: testCacheDir(), Registerer: sharedReg,
+			Limits: limits.Limits{ExecutionMemoryBytes: 1 << 40}})
 	})
 	if sharedErr != nil {
 		t.Fatal(sharedErr)
@@ -182,7 +186,7 @@ func TestTimeoutCLoop(t *testing.T) {
 
 func TestTimeoutTightLoop(t *testing.T) {
 	r := testRuntime(t)
-	m, err := r.Compile(context.Background(), reactorModule(tightLoopBody))
+	m, err := r.Compile(context.Background(), wasmtest.Reactor(wasmtest.TightLoopBody))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -196,7 +200,7 @@ func TestTimeoutTightLoop(t *testing.T) {
 
 func TestCallerCancel(t *testing.T) {
 	r := testRuntime(t)
-	m, err := r.Compile(context.Background(), reactorModule(tightLoopBody))
+	m, err := r.Compile(context.Background(), wasmtest.Reactor(wasmtest.TightLoopBody))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -221,7 +225,7 @@ func TestMemoryGrowerC(t *testing.T) {
 
 func TestMemoryGrowerRaw(t *testing.T) {
 	r := testRuntime(t)
-	m, err := r.Compile(context.Background(), reactorModule(growBody))
+	m, err := r.Compile(context.Background(), wasmtest.Reactor(wasmtest.GrowBody))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -254,11 +258,11 @@ func TestCompileRejects(t *testing.T) {
 		wasm []byte
 		want string
 	}{
-		{"bad import", reactorModule(emptyBody, funcImport("env", "foo")), `"env"."foo"`},
-		{"unknown sandbot import", reactorModule(emptyBody, funcImport("sandbot", "exec")), `"sandbot"."exec"`},
-		{"unknown wasi import", reactorModule(emptyBody, funcImport("wasi_snapshot_preview1", "sock_open")), `"sock_open"`},
-		{"bad host signature", reactorModule(emptyBody, funcImport("sandbot", "log")), `"sandbot"."log" has signature`},
-		{"missing export", memoryOnlyModule(), "neither sandbot_handle"},
+		{"bad import", wasmtest.Reactor(wasmtest.EmptyBody, wasmtest.FuncImport("env", "foo")), `"env"."foo"`},
+		{"unknown sandbot import", wasmtest.Reactor(wasmtest.EmptyBody, wasmtest.FuncImport("sandbot", "exec")), `"sandbot"."exec"`},
+		{"unknown wasi import", wasmtest.Reactor(wasmtest.EmptyBody, wasmtest.FuncImport("wasi_snapshot_preview1", "sock_open")), `"sock_open"`},
+		{"bad host signature", wasmtest.Reactor(wasmtest.EmptyBody, wasmtest.FuncImport("sandbot", "log")), `"sandbot"."log" has signature`},
+		{"missing export", wasmtest.MemoryOnly(), "neither sandbot_handle"},
 		{"not wasm", []byte("hello world"), "not a WebAssembly module"},
 		{"truncated", fixture(t, "echo.wasm")[:500], "invalid module"},
 	}
@@ -290,7 +294,7 @@ func TestCompileTooLarge(t *testing.T) {
 }
 
 func TestTableMaxCapped(t *testing.T) {
-	_, out, _, err := prepareModule(reactorModule(emptyBody), testBudget(), 1<<20)
+	_, out, _, err := prepareModule(wasmtest.Reactor(wasmtest.EmptyBody), testBudget(), 1<<20)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -662,7 +666,7 @@ func TestPooledMemoryZeroed(t *testing.T) {
 // and buffers going through the background cleaner, no execution ever sees
 // another's bytes.
 func TestPooledMemoryZeroedConcurrently(t *testing.T) {
-	r, err := New(context.Background(), Config{})
+	r, err := New(context.Background(), Config{Limits: limits.Limits{ExecutionMemoryBytes: 1 << 40}})
 	if err != nil {
 		t.Fatal(err)
 	}

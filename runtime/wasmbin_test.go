@@ -3,6 +3,7 @@ package runtime
 import (
 	"bytes"
 	"context"
+	"github.com/sandbot/sandbot/internal/wasmtest"
 	"testing"
 
 	"github.com/tetratelabs/wazero"
@@ -12,9 +13,9 @@ import (
 func dataSection(segs ...dataSegment) []byte {
 	var items [][]byte
 	for _, s := range segs {
-		items = append(items, wcat([]byte{0, 0x41}, appendS32(nil, int32(uint32(s.offset))), []byte{0x0b}, uleb(uint32(len(s.data))), s.data))
+		items = append(items, wasmtest.Cat([]byte{0, 0x41}, appendS32(nil, int32(uint32(s.offset))), []byte{0x0b}, wasmtest.ULEB(uint32(len(s.data))), s.data))
 	}
-	return wvec(items...)
+	return wasmtest.Vec(items...)
 }
 
 func TestMergeData(t *testing.T) {

@@ -92,6 +92,7 @@ func configFlags(fs *flag.FlagSet, cfg *config) {
 // defaults. Values are checked by validateLimits.
 func limitFlags(fs *flag.FlagSet, l *limits.Limits) {
 	*l = limits.Default()
+	l.ExecutionMemoryBytes = defaultExecutionMemory()
 	for _, s := range limits.Settings() {
 		p := s.Field(l)
 		if v, ok := os.LookupEnv(s.Env); ok {
@@ -212,4 +213,30 @@ func (c *config) storeURL() string {
 		return c.DatabaseURL
 	}
 	return filepath.Join(c.DataDir, "sandbot.db")
+}
+
+// defaultExecutionMemory is the execution memory budget when the operator
+// sets none: a quarter of the memory this process may use (its cgroup's
+// memory.max, else the machine's MemTotal), at least 512 MiB; the limits
+// package's default when neither can be read.
+func defaultExecutionMemory() int64 {
+	total := int64(0)
+	if b, err := os.ReadFile("/proc/meminfo"); err == nil {
+		for _, line := range strings.Split(string(b), "\n") {
+			if rest, ok := strings.CutPrefix(line, "MemTotal:"); ok {
+				if kb, err := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(rest), " kB"), 10, 64); err == nil {
+					total = kb << 10
+				}
+			}
+		}
+	}
+	if b, err := os.ReadFile("/sys/fs/cgroup/memory.max"); err == nil {
+		if n, err := strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64); err == nil && n > 0 && (total == 0 || n < total) {
+			total = n
+		}
+	}
+	if total == 0 {
+		return limits.Default().ExecutionMemoryBytes
+	}
+	return max(total/4, 512<<20)
 }

@@ -92,7 +92,7 @@ func (h *Handler) deploy(w http.ResponseWriter, r *http.Request) {
 	}
 	mod, err := h.cfg.Runtime.Compile(ctx, wasm)
 	if err != nil {
-		h.fail(w, r, moduleError(err))
+		h.fail(w, r, busyError(moduleError(err)))
 		return
 	}
 	if err := h.storeDeployedCode(ctx, p, rec, mediaWasm, wasm, filename, mod.Hash()); err != nil {
@@ -133,6 +133,18 @@ func moduleError(err error) error {
 	}
 	if errors.Is(err, runtime.ErrJSUnavailable) {
 		return fhir.Invalid(err.Error())
+	}
+	return err
+}
+
+// busyError maps a *runtime.BusyError (every compile slot taken, the
+// execution memory budget or the project's share of it full) to a 429 with
+// Retry-After; nothing waits in a queue for it. It is applied where an
+// answer is written (an asynchronous job retries instead).
+func busyError(err error) error {
+	var b *runtime.BusyError
+	if errors.As(err, &b) {
+		return &fhir.Error{Code: fhir.EThrottled, Message: b.Reason, RetryAfter: b.RetryAfter}
 	}
 	return err
 }
@@ -359,7 +371,7 @@ func (h *Handler) execute(w http.ResponseWriter, r *http.Request) {
 		if ctx.Err() != nil {
 			return // the caller went away
 		}
-		h.fail(w, r, err)
+		h.fail(w, r, busyError(err))
 		return
 	}
 	h.writeBotResult(w, r, mediaType, &res.Envelope)
@@ -388,19 +400,11 @@ func (h *Handler) runBot(ctx context.Context, p *principal.Principal, rec *store
 		return nil, err
 	}
 	h.metrics.observeInput(call.mediaType, len(call.input))
-	// The Bot's timeout; none (zero) is the runtime's default, and the
-	// runtime caps it (docs/decisions.md 14).
-	var timeout time.Duration
-	if n, ok := bot["timeout"].(json.Number); ok {
-		if secs, err := n.Float64(); err == nil && secs > 0 {
-			const maxSecs = float64(math.MaxInt64 / time.Second) // beyond it a Duration overflows
-			timeout = time.Duration(min(secs, maxSecs) * float64(time.Second))
-		}
-	}
 	ex := runtime.Execution{
 		Event:  event,
-		Limits: runtime.Limits{Timeout: timeout},
+		Limits: runtime.Limits{Timeout: h.botTimeout(bot, project)},
 		FHIR:   h.botFHIR(ctx, rec),
+		Tenant: rec.Project,
 	}
 	start := time.Now()
 	res, err := h.cfg.Runtime.Execute(ctx, mod, ex)
@@ -414,6 +418,50 @@ func (h *Handler) runBot(ctx context.Context, p *principal.Principal, rec *store
 	}
 	h.audit(p, rec, bot, call, start, res, err)
 	return res, err
+}
+
+// maxBotTimeoutSetting is the Project.setting (valueInteger or valueDecimal,
+// in seconds) that caps the timeout of every execution of the project's
+// bots, whatever Bot.timeout says; the server's SANDBOT bot limits cap it
+// in turn.
+const maxBotTimeoutSetting = "maxBotTimeout"
+
+// botTimeout is an execution's deadline: the Bot's timeout, or the server's
+// default, capped by the project's maxBotTimeout setting; the runtime caps
+// it by the server's maximum (docs/decisions.md 14).
+func (h *Handler) botTimeout(bot, project fhir.Resource) time.Duration {
+	timeout := h.cfg.Limits.BotTimeout
+	if secs, ok := seconds(bot["timeout"]); ok {
+		timeout = secs
+	}
+	if settings, ok := project["setting"].([]any); ok {
+		for _, s := range settings {
+			m, _ := s.(map[string]any)
+			if m["name"] != maxBotTimeoutSetting {
+				continue
+			}
+			for _, k := range []string{"valueInteger", "valueDecimal"} {
+				if cap, ok := seconds(m[k]); ok {
+					timeout = min(timeout, cap)
+				}
+			}
+		}
+	}
+	return timeout
+}
+
+// seconds reads a positive JSON number of seconds.
+func seconds(v any) (time.Duration, bool) {
+	n, ok := v.(json.Number)
+	if !ok {
+		return 0, false
+	}
+	secs, err := n.Float64()
+	if err != nil || secs <= 0 {
+		return 0, false
+	}
+	const maxSecs = float64(math.MaxInt64 / time.Second) // beyond it a Duration overflows
+	return time.Duration(min(secs, maxSecs) * float64(time.Second)), true
 }
 
 // findBot resolves the bot of an $execute, as the caller may read it: by id,

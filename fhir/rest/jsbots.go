@@ -56,7 +56,7 @@ func (h *Handler) deployJS(w http.ResponseWriter, r *http.Request, p *principal.
 	}
 	mod, err := h.cfg.Runtime.CompileJS(ctx, code, filename)
 	if err != nil {
-		h.fail(w, r, jsCodeError(err))
+		h.fail(w, r, busyError(jsCodeError(err)))
 		return
 	}
 	if err := h.storeDeployedCode(ctx, p, rec, mediaJS, code, filename, mod.Hash()); err != nil {

@@ -12,6 +12,7 @@ import (
 	"errors"
 	"io"
 	"log/slog"
+	"math"
 	"net/http"
 	"regexp"
 	"strconv"
@@ -81,6 +82,10 @@ func WriteError(w http.ResponseWriter, r *http.Request, log *slog.Logger, err er
 		w.Header().Set("Retry-After", RetryAfterUnavailable)
 	case status >= 500:
 		log.ErrorContext(r.Context(), "internal error", "request_id", RequestID(r.Context()), "method", r.Method, "path", r.URL.Path, "err", err)
+	}
+	var fe *fhir.Error
+	if errors.As(err, &fe) && fe.RetryAfter > 0 {
+		w.Header().Set("Retry-After", strconv.Itoa(int(math.Ceil(fe.RetryAfter.Seconds()))))
 	}
 	out := fhir.OutcomeFor(err).WithTracing(RequestID(r.Context()), TraceID(r.Context()))
 	WriteJSON(w, status, FHIRJSON, out)
