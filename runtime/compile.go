@@ -203,6 +203,12 @@ func (r *Runtime) compile(ctx context.Context, hash string, wasm []byte) (*Modul
 	}
 	m.hash = hash
 	m.size = len(wasm)
+	if info.image != nil {
+		if m.image, err = newJSImage(info.image, 0); err != nil {
+			_ = cm.Close(context.Background())
+			return nil, err
+		}
+	}
 	d := time.Since(start)
 	r.metrics.compileDuration.Observe(d.Seconds())
 	r.log.Info("bot module compiled", "hash", hash, "bytes", len(wasm), "shape", m.shape.String(), "duration", d,

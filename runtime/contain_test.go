@@ -380,3 +380,48 @@ func TestFHIRReplyCapped(t *testing.T) {
 		t.Fatalf("result %.200s", res.Envelope.Result)
 	}
 }
+
+// TestDataImage: a module with a large data segment starts every execution
+// from an image of its initial memory mapped copy-on-write (no copy per
+// instantiation); its memory is the data, and the pooled buffer it used
+// comes back zeroed for the next module.
+func TestDataImage(t *testing.T) {
+	r, err := New(context.Background(), Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close(context.Background())
+	const size = 3 << 20
+	m, err := r.Compile(context.Background(), wasmtest.DataSegment(size))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m.image == nil || m.image.size != size {
+		t.Fatalf("no image of the data (%v)", m.image)
+	}
+	for range 3 {
+		res, err := r.Execute(context.Background(), m, Execution{Event: []byte(`{}`)})
+		if err != nil || res.Envelope.Result != nil {
+			t.Fatalf("%v %+v", err, res)
+		}
+	}
+	// The memory an instance sees is the data, byte for byte.
+	mem := &guestMemory{limit: r.memoryLimit, pool: r.pool, image: m.image}
+	buf := mem.Reallocate(size)
+	want := make([]byte, size)
+	for i := range want {
+		want[i] = 0x5a
+	}
+	copy(want, "{}")
+	if !bytes.Equal(buf, want) {
+		t.Fatal("the mapped image differs from the data")
+	}
+	buf[100] = 1 // a private copy of the page
+	mem.Free()
+	// The next memory from the pool, for a module without an image, is zero.
+	plain := &guestMemory{limit: r.memoryLimit, pool: r.pool}
+	defer plain.Free()
+	if b := plain.Reallocate(size); !bytes.Equal(b, make([]byte, size)) {
+		t.Fatal("a pooled buffer came back with the image's bytes")
+	}
+}

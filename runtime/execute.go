@@ -160,7 +160,7 @@ func (r *Runtime) Execute(ctx context.Context, m *Module, ex Execution) (*Result
 	if m.js != nil {
 		used, err = r.runJS(ctx, m, ex, lim, logs, res, start)
 	} else {
-		mem := &guestMemory{limit: lim.MemoryBytes}
+		mem := &guestMemory{limit: lim.MemoryBytes, image: m.image}
 		if !r.cfg.noPool {
 			mem.pool = r.pool
 		}

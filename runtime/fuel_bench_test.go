@@ -8,8 +8,9 @@ import (
 
 // What the instrumentation costs (wasmrewrite.go): a tight loop (one fuel
 // charge per iteration) and a call-heavy function (a charge and a call depth
-// check per call). Both modules are built with wasmtest.Reactor only, so this
-// file runs unchanged on a build without the instrumentation, to compare.
+// check per call). Both modules are built with wasmtest.Reactor only (the
+// runtime's reactorModule before there was a wasmtest), so these two run on
+// a build without the instrumentation too, to compare.
 
 // loopBody counts mem[0] down from 10^6 to 0; the envelope is "{}" at 100.
 var loopBody = []byte{
@@ -88,3 +89,38 @@ func benchModule(b *testing.B, wasm []byte, unit string, units float64) {
 func BenchmarkTightLoop(b *testing.B) { benchModule(b, wasmtest.Reactor(loopBody), "iteration", 1e6) }
 
 func BenchmarkCallHeavy(b *testing.B) { benchModule(b, fibModule(), "call", 242785) }
+
+// BenchmarkDataSegment executes a module with a 30 MiB data segment (a
+// trivial handler): from an image mapped copy-on-write, and copied in by
+// wazero at every instantiation, as before.
+func BenchmarkDataSegment(b *testing.B) {
+	wasm := wasmtest.DataSegment(30 << 20)
+	for _, c := range []struct {
+		name string
+		min  uint64
+	}{{"image", dataImageMin}, {"copy", 1 << 40}} {
+		b.Run(c.name, func(b *testing.B) {
+			defer func(old uint64) { dataImageMin = old }(dataImageMin)
+			dataImageMin = c.min
+			r, err := New(context.Background(), Config{})
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer r.Close(context.Background())
+			m, err := r.Compile(context.Background(), wasm)
+			if err != nil {
+				b.Fatal(err)
+			}
+			if (m.image != nil) != (c.name == "image") {
+				b.Fatal("image not as expected")
+			}
+			b.ReportAllocs()
+			b.ResetTimer()
+			for b.Loop() {
+				if _, err := r.Execute(context.Background(), m, Execution{Event: []byte(`{}`)}); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}

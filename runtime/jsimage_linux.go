@@ -113,6 +113,9 @@ func (img *jsImage) drop(buf []byte) error {
 	return unix.Madvise(buf[:img.size], unix.MADV_DONTNEED)
 }
 
+// bytes is the image's contents (read-only).
+func (img *jsImage) bytes() []byte { return img.view }
+
 func (img *jsImage) close() {
 	_ = unix.Munmap(img.view)
 	unix.Close(img.fd)

@@ -20,4 +20,6 @@ func (img *jsImage) mapInto(buf []byte) error { copy(buf, img.mem); return nil }
 
 func (img *jsImage) reset(buf []byte) error { copy(buf, img.mem); return nil }
 
+func (img *jsImage) bytes() []byte { return img.mem }
+
 func (img *jsImage) close() {}

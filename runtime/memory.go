@@ -152,6 +152,8 @@ func (p *memPool) close() {
 // failure) and records the high-water mark for the metrics and for zeroing.
 type guestMemory struct {
 	pool    *memPool // nil: plain Go heap memory, as wazero would do by itself
+	image   *jsImage // the module's initial memory, or nil
+	mapped  bool     // the image is mapped over the start of buf
 	limit   uint64
 	buf     []byte
 	used    uint64
@@ -178,6 +180,9 @@ func (g *guestMemory) Reallocate(size uint64) []byte {
 	if g.pool == nil {
 		if g.buf == nil {
 			g.buf = make([]byte, size)
+			if g.image != nil {
+				copy(g.buf, g.image.bytes()[:min(uint64(g.image.size), size)])
+			}
 		} else if size > uint64(len(g.buf)) {
 			g.buf = append(g.buf, make([]byte, size-uint64(len(g.buf)))...)
 		}
@@ -189,6 +194,14 @@ func (g *guestMemory) Reallocate(size uint64) []byte {
 		if err != nil {
 			g.refused = true
 			return nil
+		}
+		if g.image != nil {
+			if uint64(g.image.size) > uint64(len(b)) || g.image.mapInto(b) != nil {
+				g.pool.put(b, 0)
+				g.refused = true
+				return nil
+			}
+			g.mapped = true
 		}
 		g.buf = b
 	}
@@ -212,6 +225,16 @@ func (g *guestMemory) Free() {
 	}
 	g.freed = true
 	if g.pool != nil && g.buf != nil {
+		if g.mapped {
+			// Back to anonymous memory before the pool zeroes the rest:
+			// madvise on the image's private mapping would bring the
+			// image's bytes back, not zeros.
+			if err := remapZero(g.buf[:g.image.size]); err != nil {
+				release(g.buf)
+				g.buf = nil
+				return
+			}
+		}
 		g.pool.put(g.buf, g.used)
 	}
 	g.buf = nil

@@ -1,6 +1,11 @@
 package runtime
 
-import "syscall"
+import (
+	"syscall"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+)
 
 // reserve maps size bytes of private anonymous memory. MAP_NORESERVE: only
 // the pages a guest touches count against the machine's memory.
@@ -17,3 +22,11 @@ func discard(b []byte) error {
 }
 
 func release(b []byte) { _ = syscall.Munmap(b) }
+
+// remapZero replaces b (page-aligned) by fresh private anonymous memory:
+// zero, and backed by nothing until touched.
+func remapZero(b []byte) error {
+	_, err := unix.MmapPtr(-1, 0, unsafe.Pointer(unsafe.SliceData(b)), uintptr(len(b)),
+		unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANON|unix.MAP_FIXED|unix.MAP_NORESERVE)
+	return err
+}

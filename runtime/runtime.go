@@ -170,8 +170,8 @@ func New(ctx context.Context, cfg Config) (*Runtime, error) {
 func (r *Runtime) Close(ctx context.Context) error {
 	r.mu.Lock()
 	for _, m := range r.modules {
-		if m.js != nil {
-			m.evict() // a JavaScript image lives outside wazero
+		if m.js != nil || m.image != nil {
+			m.evict() // a JavaScript or data image lives outside wazero
 		}
 	}
 	r.mu.Unlock()
@@ -218,7 +218,11 @@ type Module struct {
 	instanceBytes uint64
 	size          int
 	compiled      wazero.CompiledModule // nil for a JavaScript bot
-	js            *jsBot                // a JavaScript bot's image and instances
+	// image is the initial memory a module's large data segments make,
+	// mapped copy-on-write into each instance's memory (the JavaScript
+	// images' mechanism); nil when wazero copies the data in.
+	image *jsImage
+	js    *jsBot // a JavaScript bot's image and instances
 
 	lastUse atomic.Int64 // UnixNano of when it was compiled or last executed
 
@@ -258,6 +262,9 @@ func (m *Module) closeCode() {
 		return
 	}
 	_ = m.compiled.Close(context.Background())
+	if m.image != nil {
+		m.image.close()
+	}
 }
 
 // evict marks m evicted and releases its code unless executions still use it.

@@ -102,6 +102,9 @@ type moduleInfo struct {
 	bodies        []funcBody
 	dataCount     bool
 	dataCountN    uint32 // the data count section's value
+	data          []dataSeg
+	constData     bool   // every active data segment has a constant offset
+	image         []byte // the initial memory the active data segments make (wasmrewrite.go), or nil
 	elemSegments  uint32
 	dataBytes     uint64
 	dataSegments  uint32
@@ -648,14 +651,17 @@ func (m *moduleInfo) parseData(r *reader, b *moduleBudget) error {
 		return fmt.Errorf("%d segments, the data count section says %d", n, m.dataCountN)
 	}
 	m.dataSegments = n
+	m.constData = true
 	for i := uint32(0); i < n; i++ {
+		start := r.off
 		flag, err := r.u32()
 		if err != nil {
 			return err
 		}
+		seg := dataSeg{active: flag != 1}
 		switch flag {
 		case 0:
-			err = m.constExpr(r, m.globals)
+			err = m.offsetExpr(r, &seg)
 		case 1:
 		case 2:
 			var idx uint32
@@ -663,7 +669,7 @@ func (m *moduleInfo) parseData(r *reader, b *moduleBudget) error {
 				err = fmt.Errorf("memory %d out of range", idx)
 			}
 			if err == nil {
-				err = m.constExpr(r, m.globals)
+				err = m.offsetExpr(r, &seg)
 			}
 		default:
 			err = fmt.Errorf("unsupported flag %d", flag)
@@ -675,11 +681,43 @@ func (m *moduleInfo) parseData(r *reader, b *moduleBudget) error {
 		if err != nil {
 			return err
 		}
-		if err := r.skip(int(size)); err != nil {
+		if seg.data, err = r.bytes(size); err != nil {
 			return err
 		}
+		seg.raw = r.b[start:r.off]
+		m.data = append(m.data, seg)
 		m.dataBytes += uint64(size)
 	}
+	return nil
+}
+
+// dataSeg is a data segment: active (with its offset when that is an
+// i32.const) or passive, and its encoding.
+type dataSeg struct {
+	active   bool
+	constOff bool
+	offset   uint32
+	data     []byte
+	raw      []byte
+}
+
+// offsetExpr reads an active data segment's offset expression, noting a
+// constant offset (a global.get offset keeps the module off a data image).
+func (m *moduleInfo) offsetExpr(r *reader, seg *dataSeg) error {
+	start := r.off
+	if err := m.constExpr(r, m.globals); err != nil {
+		return err
+	}
+	e := &reader{b: r.b[start:r.off]}
+	if op, _ := e.byte(); op == 0x41 {
+		if v, err := e.s32(); err == nil {
+			if end, _ := e.byte(); end == 0x0b && e.done() {
+				seg.constOff, seg.offset = true, uint32(v)
+				return nil
+			}
+		}
+	}
+	m.constData = false
 	return nil
 }
 

@@ -353,7 +353,9 @@ func (m *moduleInfo) rewrite(b *moduleBudget, stackSlots uint32) ([]byte, error)
 			out = appendSection(out, secCode, code)
 		case secData:
 			out = m.appendGlobals(out)
-			if nb, ok := mergeData(s.body); ok && !m.dataCount {
+			if nb, ok := m.dataImage(); ok {
+				out = appendSection(out, secData, nb)
+			} else if nb, ok := mergeData(s.body); ok && !m.dataCount {
 				out = appendSection(out, secData, nb)
 			} else {
 				out = appendSection(out, secData, s.body)
@@ -569,6 +571,49 @@ func capTables(body []byte) ([]byte, error) {
 		return nil, fmt.Errorf("trailing bytes")
 	}
 	return out, nil
+}
+
+// dataImageMin is the active data from which a module's initial memory is
+// kept as an image mapped copy-on-write into each instance's memory,
+// rather than copied in by every instantiation.
+var dataImageMin uint64 = 1 << 20 // a variable for BenchmarkDataSegment
+
+// dataImage builds m.image, the bytes the active data segments put at the
+// start of the initial memory, when they hold at least dataImageMin bytes,
+// all at constant offsets, all within the initial memory; it returns the data
+// section with every active segment emptied (an empty active segment is
+// dropped at instantiation like a full one, so memory.init and data.drop
+// on it, and the indices of passive ones, are unchanged), and false when
+// the data is left to wazero.
+func (m *moduleInfo) dataImage() ([]byte, bool) {
+	if !m.constData || !m.hasMemory {
+		return nil, false
+	}
+	var active, end uint64
+	for _, d := range m.data {
+		if d.active {
+			active += uint64(len(d.data))
+			end = max(end, uint64(d.offset)+uint64(len(d.data)))
+		}
+	}
+	if active < dataImageMin || end > uint64(m.memMin)<<16 {
+		return nil, false
+	}
+	const page = 64 << 10
+	img := make([]byte, (end+page-1)/page*page)
+	out := appendU32(nil, uint32(len(m.data)))
+	for _, d := range m.data {
+		if !d.active {
+			out = append(out, d.raw...)
+			continue
+		}
+		copy(img[d.offset:], d.data) // in order: a later segment wins, as at instantiation
+		out = append(out, 0x00, 0x41)
+		out = appendS32(out, int32(d.offset))
+		out = append(out, 0x0b, 0x00)
+	}
+	m.image = img
+	return out, true
 }
 
 // maxDataGap is the longest run of zero bytes mergeData fills to join two

@@ -25,6 +25,7 @@ import (
 	"github.com/sandbot/sandbot/admin"
 	"github.com/sandbot/sandbot/fhir"
 	"github.com/sandbot/sandbot/internal/server"
+	"github.com/sandbot/sandbot/limits"
 	"github.com/sandbot/sandbot/runtime"
 	"github.com/sandbot/sandbot/store"
 	"github.com/sandbot/sandbot/store/sqlstore"
@@ -312,6 +313,9 @@ func sharedRuntime(t testing.TB) *runtime.Runtime {
 	runtimeOnce.Do(func() {
 		runtimeVal, runtimeErr = runtime.New(context.Background(), runtime.Config{
 			CacheDir: filepath.Join(os.TempDir(), "sandbot-test-wasm-cache"),
+			// Tests run a project's bots several at a time; admission has
+			// its own tests (runtime, cmd/sandbot's TestHostileBots).
+			Limits: limits.Limits{ExecutionMemoryBytes: 1 << 40},
 		})
 	})
 	if runtimeErr != nil {
