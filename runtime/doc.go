@@ -7,10 +7,16 @@
 // one result envelope JSON; it may import only sandbot.log, sandbot.fhir and
 // wasi_snapshot_preview1.
 //
-// A Runtime validates and compiles a module once ([Runtime.Compile]), keeps
-// it in memory under the SHA-256 of its bytes and in wazero's on-disk
-// compilation cache, and runs every execution in a fresh anonymous instance
-// ([Runtime.Execute]) under a deadline and memory, output and log limits.
+// A Runtime validates and compiles a module once ([Runtime.Compile]): it
+// holds the module against a budget of its structure before wazero sees it,
+// instruments it (fuel checked at every function entry and loop header, so
+// that every code shape meets its deadline and returns to Go for the garbage
+// collector, and a call depth limit), and has it compiled in a child process
+// under CPU and memory rlimits ([RunCompilerChild]). It keeps the module in
+// memory under the SHA-256 of its bytes and in wazero's on-disk compilation
+// cache, and runs every execution in a fresh anonymous instance
+// ([Runtime.Execute]) under a deadline and memory, output and log limits,
+// once admitted against the node's execution memory budget.
 // JavaScript bots, the reference platform's ([Runtime.CompileJS]), run in
 // QuickJS-NG compiled to WASI inside the same wazero runtime and limits,
 // each execution restored from an image of the engine with @medplum/core and
