@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"github.com/sandbot/sandbot/internal/wasmtest"
+	"strings"
 	"testing"
 	"unicode/utf8"
 
@@ -120,6 +121,9 @@ func FuzzPrepareModule(f *testing.F) {
 		cm, err := wz.CompileModule(ctx, prepared)
 		if err == nil {
 			cm.Close(ctx)
+		}
+		if oerr != nil && strings.Contains(oerr.Error(), "custom section") {
+			return // the rewrite drops custom sections (wazero refuses an empty name)
 		}
 		if (oerr == nil) != (err == nil) {
 			t.Fatalf("the module is valid: %v, its rewrite: %v", oerr, err)
