@@ -11,9 +11,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -23,43 +20,6 @@ import (
 	"github.com/sandbot/sandbot/internal/servertest"
 	"github.com/sandbot/sandbot/store/storetest"
 )
-
-type proc struct {
-	cmd  *exec.Cmd
-	base string
-}
-
-func startProc(t *testing.T, bin, dataDir, dbURL string) *proc {
-	addr, ops := servertest.FreeAddr(t), servertest.FreeAddr(t)
-	base := "http://" + addr + "/"
-	cmd := exec.Command(bin, "serve")
-	cmd.Env = append(os.Environ(), "SANDBOT_ADDR="+addr, "SANDBOT_METRICS_ADDR="+ops, "SANDBOT_BASE_URL="+base,
-		"SANDBOT_DATA_DIR="+dataDir, "SANDBOT_ADMIN_CLIENT_ID=kill-test-admin", "SANDBOT_ADMIN_CLIENT_SECRET=kill-test-admin-secret")
-	if dbURL != "" {
-		cmd.Env = append(cmd.Env, "SANDBOT_DATABASE_URL="+dbURL)
-	}
-	out := &servertest.SyncBuffer{}
-	cmd.Stdout, cmd.Stderr = out, out
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		resp, err := http.Get(base + "healthcheck")
-		if err == nil {
-			io.Copy(io.Discard, resp.Body)
-			resp.Body.Close()
-			if resp.StatusCode == 200 {
-				return &proc{cmd: cmd, base: base}
-			}
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("server did not start: %s", out.String())
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-}
 
 // all pages through a search as the super admin.
 func all(t *testing.T, c *servertest.Client, path string) []map[string]any {
@@ -87,16 +47,7 @@ func TestKillDuringInvites(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds and kills the binary")
 	}
-	root, err := filepath.Abs("../..")
-	if err != nil {
-		t.Fatal(err)
-	}
-	bin := filepath.Join(t.TempDir(), "sandbot")
-	build := exec.Command("go", "build", "-o", bin, "./cmd/sandbot")
-	build.Dir = root
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("build: %v\n%s", err, out)
-	}
+	bin := servertest.BuildBinary(t)
 	for _, b := range storetest.Backends(t) {
 		t.Run(b.Name, func(t *testing.T) {
 			dataDir := t.TempDir()
@@ -104,8 +55,8 @@ func TestKillDuringInvites(t *testing.T) {
 			if b.Name == "postgres" {
 				dbURL = b.NewURL(t)
 			}
-			p := startProc(t, bin, dataDir, dbURL)
-			su := servertest.NewClient(t, p.base, servertest.ClientToken(t, p.base, "kill-test-admin", "kill-test-admin-secret"))
+			p := servertest.StartProcess(t, bin, dataDir, dbURL)
+			su := servertest.NewClient(t, p.Base, servertest.ClientToken(t, p.Base, servertest.AdminClientID, servertest.AdminClientSecret))
 			proj := expect(t, su.Do("POST", "admin/Project", map[string]any{"resourceType": "Project", "name": "Kill"}, ""), 201, "project")
 			pid := id(proj)
 
@@ -120,7 +71,7 @@ func TestKillDuringInvites(t *testing.T) {
 					for i := 0; ctx.Err() == nil; i++ {
 						rt := []string{"Practitioner", "Patient"}[i%2]
 						body, _ := json.Marshal(inviteBody(rt, "Kill", fmt.Sprint(i), fmt.Sprintf("w%d-%d@kill.test", w, i)))
-						req, _ := http.NewRequest("POST", p.base+"admin/projects/"+pid+"/invite", strings.NewReader(string(body)))
+						req, _ := http.NewRequest("POST", p.Base+"admin/projects/"+pid+"/invite", strings.NewReader(string(body)))
 						req.Header.Set("Authorization", "Bearer "+su.Token)
 						req.Header.Set("Content-Type", "application/fhir+json")
 						resp, err := hc.Do(req)
@@ -137,8 +88,7 @@ func TestKillDuringInvites(t *testing.T) {
 				}(w)
 			}
 			time.Sleep(700 * time.Millisecond)
-			p.cmd.Process.Kill() // SIGKILL: no drain, no rollback from the process
-			p.cmd.Wait()
+			p.Kill() // SIGKILL: no drain, no rollback from the process
 			cancel()
 			wg.Wait()
 			t.Logf("%d invites answered 200 before the kill; %d requests cut off", ok.Load(), failed.Load())
@@ -146,8 +96,8 @@ func TestKillDuringInvites(t *testing.T) {
 				t.Fatal("no invite finished before the kill: the test proves nothing")
 			}
 
-			p2 := startProc(t, bin, dataDir, dbURL)
-			su2 := servertest.NewClient(t, p2.base, servertest.ClientToken(t, p2.base, "kill-test-admin", "kill-test-admin-secret"))
+			p2 := servertest.StartProcess(t, bin, dataDir, dbURL)
+			su2 := servertest.NewClient(t, p2.Base, servertest.ClientToken(t, p2.Base, servertest.AdminClientID, servertest.AdminClientSecret))
 			members := all(t, su2, "fhir/R4/ProjectMembership?project=Project/"+pid)
 			users, profiles := map[string]bool{}, map[string]bool{}
 			for _, m := range members {

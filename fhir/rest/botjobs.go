@@ -200,8 +200,8 @@ func (h *Handler) registerJobs(r *mux.Router) {
 	r.HandleFunc("/AsyncJob/{id}/$cancel", h.jobCancel).Methods(http.MethodPost)
 }
 
-// jobStatus answers a job's AsyncJob: 202 while it waits or runs, 200 once
-// it completed, failed or was cancelled.
+// jobStatus answers a job's AsyncJob: 202 while it waits (accepted) or runs
+// (active), 200 once it completed, failed or was cancelled.
 func (h *Handler) jobStatus(w http.ResponseWriter, r *http.Request) {
 	p := principal.FromContext(r.Context())
 	job, err := h.jobs.Get(r.Context(), p, mux.Vars(r)["id"])
@@ -215,7 +215,7 @@ func (h *Handler) jobStatus(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	status := http.StatusOK
-	if job.String("status") == jobs.StatusAccepted {
+	if st := job.String("status"); st == jobs.StatusAccepted || st == jobs.StatusActive {
 		status = http.StatusAccepted
 		w.Header().Set("Content-Location", h.jobStatusURL(job.ID()))
 	}

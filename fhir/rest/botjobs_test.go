@@ -57,7 +57,7 @@ func awaitJob(t *testing.T, c *servertest.Client, status string) map[string]any 
 		case 200:
 			return r.JSON()
 		case 202:
-			if job := r.JSON(); job["resourceType"] != "AsyncJob" || job["status"] != "accepted" || r.Header.Get("Content-Location") != c.Base()+status {
+			if job := r.JSON(); job["resourceType"] != "AsyncJob" || (job["status"] != "accepted" && job["status"] != "active") || r.Header.Get("Content-Location") != c.Base()+status {
 				t.Fatalf("pending job: %s (Content-Location %q)", r.Body, r.Header.Get("Content-Location"))
 			}
 		default:
@@ -82,6 +82,22 @@ func outputParam(t *testing.T, job map[string]any, name string) map[string]any {
 	}
 	t.Fatalf("job output has no %q parameter: %s", name, mustJSON(job))
 	return nil
+}
+
+// awaitActive waits until a runner has started a job (status active).
+func awaitActive(t *testing.T, c *servertest.Client, status string) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		r := c.Do("GET", status, nil, "")
+		if r.Status == 202 && r.JSON()["status"] == "active" {
+			return
+		}
+		if r.Status != 202 || time.Now().After(deadline) {
+			t.Fatalf("job %s not running: %d %s", status, r.Status, r.Body)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 }
 
 // awaitMetric waits until a metric reaches want.
@@ -149,7 +165,7 @@ func TestAsyncExecution(t *testing.T) {
 		// DELETE cancels a running execution: its context is canceled long
 		// before the bot's 30 s deadline.
 		status = submit(t, c, tb, "loop", "text/plain")
-		awaitMetric(t, s, "sandbot_jobs_running", 1)
+		awaitActive(t, c, status)
 		if r := c.Do("DELETE", status, nil, ""); r.Status != 202 || r.JSON()["id"] != "accepted" {
 			t.Fatalf("cancel: %d %s", r.Status, r.Body)
 		}
@@ -215,7 +231,7 @@ func TestAsyncExecutionQueue(t *testing.T) {
 		member := s.NewMember(t, c.ProjectID, "member", false)
 
 		blocker := submit(t, c, tb, "loop", "text/plain")
-		awaitMetric(t, s, "sandbot_jobs_running", 1)
+		awaitActive(t, c, blocker)
 		cancelled := submit(t, c, pb, map[string]any{"resourceType": "Patient", "name": []any{map[string]any{"family": "Never-Run"}}}, "application/fhir+json")
 		revoked := submit(t, member, pb, map[string]any{"resourceType": "Patient", "name": []any{map[string]any{"family": "Revoked-Caller"}}}, "application/fhir+json")
 		waiting := submit(t, c, pb, map[string]any{"resourceType": "Patient", "name": []any{map[string]any{"family": "Waited"}}}, "application/fhir+json")
@@ -223,9 +239,10 @@ func TestAsyncExecutionQueue(t *testing.T) {
 		if r := c.DoWith("POST", "fhir/R4/Bot/"+tb+"/$execute", "x", "text/plain", respondAsync); r.Status != 429 {
 			t.Errorf("fifth job: %d %s", r.Status, r.Body)
 		}
-		if r := c.Do("GET", cancelled, nil, ""); r.Status != 202 {
+		if r := c.Do("GET", cancelled, nil, ""); r.Status != 202 || r.JSON()["status"] != "accepted" {
 			t.Errorf("queued job: %d %s", r.Status, r.Body)
 		}
+		awaitActive(t, c, blocker)
 		if r := c.Do("DELETE", cancelled, nil, ""); r.Status != 202 {
 			t.Fatalf("cancel queued: %d %s", r.Status, r.Body)
 		}

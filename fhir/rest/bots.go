@@ -108,8 +108,12 @@ func (h *Handler) deploy(w http.ResponseWriter, r *http.Request) {
 // rules like any other of theirs.
 func (h *Handler) storeDeployedCode(ctx context.Context, p *principal.Principal, rec *store.Record, contentType string, code []byte, filename, hash string) error {
 	return h.svc.InTx(ctx, func(tx *fhirservice.Service) error {
+		// In the Bot's project, where executions read it: a super admin
+		// deploying another project's Bot would otherwise keep it in its
+		// own (meta.project is the server's for everyone else, and the
+		// Bot's project is theirs).
 		bin, err := tx.Create(ctx, p, fhir.Resource{"resourceType": "Binary", "contentType": contentType,
-			"data": base64.StdEncoding.EncodeToString(code)})
+			"data": base64.StdEncoding.EncodeToString(code), "meta": map[string]any{"project": rec.Project}})
 		if err != nil {
 			return err
 		}

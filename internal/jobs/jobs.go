@@ -6,7 +6,8 @@
 // A job is two things written in one transaction by Submit: an AsyncJob
 // resource in the submitter's project (status accepted, meta.author the
 // submitter), which is what clients read, and a row of the store's queue
-// (store.Jobs) holding what the job needs to run. Every process runs a
+// (store.Jobs) holding what the job needs to run. Its status becomes active
+// when a runner starts it, then completed, error or cancelled. Every process runs a
 // Runner: up to Workers jobs at once, each claimed from the queue with a
 // lease (Lease) that the runner renews while the job runs. The outcome is
 // written with the queue row's removal in one transaction that holds only if
@@ -51,6 +52,7 @@ import (
 // AsyncJob statuses (the reference's codes).
 const (
 	StatusAccepted  = "accepted"
+	StatusActive    = "active" // claimed by a runner, running
 	StatusCompleted = "completed"
 	StatusError     = "error"
 	StatusCancelled = "cancelled"
@@ -280,7 +282,7 @@ func (r *Runner) Cancel(ctx context.Context, p *principal.Principal, id string) 
 		case StatusCancelled:
 			return nil
 		case StatusCompleted, StatusError:
-			return fhir.Invalid(fmt.Sprintf("AsyncJob cannot be cancelled if status is not 'accepted', job had status '%s'", st))
+			return fhir.Invalid(fmt.Sprintf("AsyncJob cannot be cancelled if status is not 'accepted' or 'active', job had status '%s'", st))
 		}
 		return r.setStatus(ctx, tx, id, Outcome{Status: StatusCancelled})
 	})
@@ -317,7 +319,9 @@ func (r *Runner) setStatus(ctx context.Context, tx store.Store, id string, out O
 	_, err = tx.Update(ctx, store.AllProjects, "AsyncJob", id, store.Write{Author: fhir.Reference{Reference: ref}},
 		func(job fhir.Resource) (fhir.Resource, error) {
 			job["status"] = out.Status
-			job["transactionTime"] = time.Now().UTC().Format(fhir.TimeFormat)
+			if out.Status != StatusActive {
+				job["transactionTime"] = time.Now().UTC().Format(fhir.TimeFormat)
+			}
 			if out.Output != nil {
 				job["output"] = out.Output
 			}
@@ -423,7 +427,9 @@ func (r *Runner) run(job *store.Job) {
 			Issue: []fhir.Issue{{Severity: "error", Code: "incomplete", Details: &fhir.IssueDetails{Text: fmt.Sprintf(
 				"The job was abandoned: the server running it stopped during each of its %d attempts", job.Attempts-1)}}}})}
 	default:
-		out, err = h(ctx, job)
+		if err = r.markActive(ctx, job); err == nil {
+			out, err = h(ctx, job)
+		}
 	}
 	cancel(nil)
 	<-renewed
@@ -436,6 +442,9 @@ func (r *Runner) run(job *store.Job) {
 	var retry *RetryError
 	switch {
 	case errors.Is(cause, errCancelled) || errors.Is(cause, errLost):
+		r.metrics.done.WithLabelValues("lost").Inc()
+		return
+	case errors.Is(err, store.ErrJobLost):
 		r.metrics.done.WithLabelValues("lost").Inc()
 		return
 	case errors.Is(cause, errShutdown):
@@ -468,6 +477,29 @@ func (r *Runner) run(job *store.Job) {
 	default:
 		r.metrics.done.WithLabelValues(out.Status).Inc()
 	}
+}
+
+// markActive shows in the job's AsyncJob that a runner has it (status
+// active), in one transaction with a renewal of the claim, so that a job
+// cancelled meanwhile is never shown running: store.ErrJobLost then.
+func (r *Runner) markActive(ctx context.Context, job *store.Job) error {
+	return r.store.InTx(ctx, func(tx store.Store) error {
+		if err := tx.RenewJob(ctx, job.ID, job.Claim, r.cfg.Lease); err != nil {
+			return err
+		}
+		cur, err := tx.Read(ctx, store.AllProjects, "AsyncJob", job.ID)
+		if err != nil {
+			if fhir.IsCode(err, fhir.ENotFound) || fhir.IsCode(err, fhir.EGone) {
+				return nil
+			}
+			return err
+		}
+		res, err := cur.Resource()
+		if err != nil || res.String("status") != StatusAccepted {
+			return err
+		}
+		return r.setStatus(ctx, tx, job.ID, Outcome{Status: StatusActive})
+	})
 }
 
 func (r *Runner) release(ctx context.Context, job *store.Job, after time.Duration, uncount bool, why string) {

@@ -14,10 +14,13 @@ import (
 	"net/http/httptest"
 	"net/url"
 	"os"
+	"os/exec"
 	"path/filepath"
+	goruntime "runtime"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/google/uuid"
 	"github.com/prometheus/client_golang/prometheus"
@@ -322,6 +325,82 @@ func sharedRuntime(t testing.TB) *runtime.Runtime {
 		t.Fatal(runtimeErr)
 	}
 	return runtimeVal
+}
+
+// BuildBinary builds cmd/sandbot (with the JavaScript engine when `make js`
+// has fetched it) into a temporary directory, for tests that run the server
+// as a process: crash tests.
+func BuildBinary(t testing.TB) string {
+	t.Helper()
+	_, self, _, _ := goruntime.Caller(0)
+	root := filepath.Join(filepath.Dir(self), "..", "..")
+	bin := filepath.Join(t.TempDir(), "sandbot")
+	build := exec.Command("go", "build", "-o", bin, "./cmd/sandbot")
+	build.Dir = root
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("build: %v\n%s", err, out)
+	}
+	return bin
+}
+
+// Process is a sandbot binary serving as a process of its own.
+type Process struct {
+	Cmd *exec.Cmd
+	// Base is its API's base URL (with a trailing slash).
+	Base string
+	// Output is what it logged.
+	Output *SyncBuffer
+}
+
+// StartProcess starts bin serve over dataDir (SQLite, when databaseURL is
+// empty) or databaseURL, with the test super-admin client (AdminClientID)
+// and env (KEY=value) added to the environment, and waits until it answers;
+// it is killed when the test ends.
+func StartProcess(t testing.TB, bin, dataDir, databaseURL string, env ...string) *Process {
+	t.Helper()
+	addr, ops := FreeAddr(t), FreeAddr(t)
+	base := "http://" + addr + "/"
+	cmd := exec.Command(bin, "serve")
+	cmd.Env = append(os.Environ(), "SANDBOT_ADDR="+addr, "SANDBOT_METRICS_ADDR="+ops, "SANDBOT_BASE_URL="+base,
+		"SANDBOT_DATA_DIR="+dataDir, "SANDBOT_ADMIN_CLIENT_ID="+AdminClientID, "SANDBOT_ADMIN_CLIENT_SECRET="+AdminClientSecret)
+	if databaseURL != "" {
+		cmd.Env = append(cmd.Env, "SANDBOT_DATABASE_URL="+databaseURL)
+	}
+	cmd.Env = append(cmd.Env, env...)
+	out := &SyncBuffer{}
+	cmd.Stdout, cmd.Stderr = out, out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		resp, err := http.Get(base + "healthcheck")
+		if err == nil {
+			io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode == 200 {
+				return &Process{Cmd: cmd, Base: base, Output: out}
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("server did not start: %s", out.String())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// Kill kills the process with SIGKILL (no drain, nothing flushed) and
+// waits for it to end.
+func (p *Process) Kill() {
+	p.Cmd.Process.Kill()
+	p.Cmd.Wait()
+}
+
+// SuperAdmin is a client of the process logged in as the test super admin.
+func (p *Process) SuperAdmin(t testing.TB) *Client {
+	t.Helper()
+	return NewClient(t, p.Base, ClientToken(t, p.Base, AdminClientID, AdminClientSecret))
 }
 
 // FreeAddr returns a loopback address with a port free at the time of the
