@@ -1,8 +1,10 @@
 // Package store defines sandbot's storage contract: versioned FHIR resources
 // walled into projects, their search index, a small key-value space for
 // server secrets, the change feed that tells every process (replica) on the
-// database what changed, and counters they share. The one implementation lives in store/sqlstore (PostgreSQL
-// and SQLite); store/storetest is the conformance suite every backend passes.
+// database what changed, counters they share, and the queue of background
+// jobs they all draw from. The one implementation lives in store/sqlstore
+// (PostgreSQL and SQLite); store/storetest is the conformance suite every
+// backend passes.
 package store
 
 import (

@@ -2,8 +2,9 @@
 // requests, hands the REST interactions (create, read, vread, update, patch,
 // delete, history, search) to the FHIR service (internal/fhirservice), which
 // decides everything about them, and encodes its answers. It also serves
-// metadata and the Bot operations ($deploy, $execute), whose bots call FHIR
-// through the same service.
+// metadata and the Bot operations ($deploy, $execute, synchronous or as an
+// asynchronous job of internal/jobs, with the job status endpoints), whose
+// bots call FHIR through the same service.
 package rest
 
 import (
