@@ -447,6 +447,9 @@ func (r *Runner) run(job *store.Job) {
 	case errors.Is(err, store.ErrJobLost):
 		r.metrics.done.WithLabelValues("lost").Inc()
 		return
+	case err == nil:
+		// An outcome, even one that arrived as the server was stopping:
+		// written below, never run again.
 	case errors.Is(cause, errShutdown):
 		r.release(wctx, job, 0, true, "shutdown")
 		return
