@@ -237,3 +237,31 @@ func TestLeasesAttemptsRetriesCancel(t *testing.T) {
 		}
 	})
 }
+
+// A job cancelled through another process's runner stops where it runs:
+// that runner hears of it at its next renewal.
+func TestCancelReachesAnotherProcess(t *testing.T) {
+	forEachStore(t, func(t *testing.T, open func() store.Store) {
+		started, stopped := make(chan struct{}), make(chan struct{})
+		b := newRunner(t, open(), 3*time.Second, func(ctx context.Context, j *store.Job) (jobs.Outcome, error) {
+			close(started)
+			<-ctx.Done()
+			close(stopped)
+			return jobs.Outcome{}, ctx.Err()
+		})
+		id := submit(t, b)
+		<-started
+		other := jobs.New(jobs.Config{Store: open()})
+		if err := other.Cancel(context.Background(), submitter, id); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case <-stopped:
+		case <-time.After(30 * time.Second):
+			t.Fatal("the running job was not stopped")
+		}
+		if job := await(t, open(), id); job.String("status") != jobs.StatusCancelled || job["output"] != nil {
+			t.Errorf("cancelled job: %v", job)
+		}
+	})
+}
