@@ -68,5 +68,9 @@ func (r *Runtime) reservation(m *Module, lim Limits) uint64 {
 	if m.maxMemory > 0 {
 		mem = min(mem, m.maxMemory)
 	}
-	return mem + m.instanceBytes + uint64(r.cfg.Limits.BotStackBytes) + 2*uint64(lim.OutputBytes) + 4*uint64(lim.LogBytes)
+	stack := uint64(r.cfg.Limits.BotStackBytes)
+	if m.js != nil {
+		stack = uint64(r.jsStackBytes())
+	}
+	return mem + m.instanceBytes + stack + 2*uint64(lim.OutputBytes) + 4*uint64(lim.LogBytes)
 }

@@ -18,7 +18,9 @@
 // ([Runtime.Execute]) under a deadline and memory, output and log limits,
 // once admitted against the node's execution memory budget.
 // JavaScript bots, the reference platform's ([Runtime.CompileJS]), run in
-// QuickJS-NG compiled to WASI inside the same wazero runtime and limits,
+// QuickJS-NG compiled to WASI, instrumented the same way (fuel is the only
+// deadline of any code the runtime runs), inside the same wazero runtime and
+// limits,
 // each execution restored from an image of the engine with @medplum/core and
 // the bot's module evaluated.
 // The package knows nothing of HTTP or storage. Of FHIR and HL7 it knows

@@ -52,7 +52,7 @@ func instantiateHost(ctx context.Context, wz wazero.Runtime) error {
 	}
 	_, err = wz.NewHostModuleBuilder(yieldModule).
 		NewFunctionBuilder().
-		WithGoFunction(api.GoFunc(hostYield), []api.ValueType{i32}, nil).
+		WithGoModuleFunction(api.GoModuleFunc(hostYield), []api.ValueType{i32}, nil).
 		WithParameterNames("reason").
 		Export(yieldName).
 		Instantiate(ctx)
@@ -60,18 +60,38 @@ func instantiateHost(ctx context.Context, wz wazero.Runtime) error {
 }
 
 // errStackExceeded stops an execution whose call depth passed the stack
-// limit.
-var errStackExceeded = errors.New("bot call stack limit exceeded")
+// limit; errInstanceClosed one whose instance was closed under it (the
+// runtime closing).
+var (
+	errStackExceeded  = errors.New("bot call stack limit exceeded")
+	errInstanceClosed = errors.New("bot instance closed while running")
+)
 
 // hostYield is what the instrumented code calls when its fuel runs out
 // (wasmrewrite.go): back in Go, the goroutine can be stopped by the garbage
 // collector and the scheduler, and an execution past its deadline stops
-// here, whatever the shape of its code. It also stops an execution past
-// the stack limit.
-func hostYield(ctx context.Context, stack []uint64) {
+// here, whatever the shape of its code. It is the only deadline of the
+// code (the runtime has no close-on-context-done, engineConfig). It also
+// stops an execution past the stack limit, and one whose instance was
+// closed (Runtime.Close: without close-on-context-done, nothing else in
+// compiled code looks).
+func hostYield(ctx context.Context, mod api.Module, stack []uint64) {
 	if uint32(stack[0]) == yieldStackExceeded {
 		panic(errStackExceeded)
 	}
+	if ctx.Err() != nil {
+		panic(context.Cause(ctx))
+	}
+	if mod.IsClosed() {
+		panic(errInstanceClosed)
+	}
+}
+
+// stopIfDone stops the execution calling a host function once its context
+// is done: the deadline is checked at yields, up to yieldFuel instructions
+// apart, and nothing the guest asks for in between (a FHIR call, a log
+// line, a result) is done after it.
+func stopIfDone(ctx context.Context) {
 	if ctx.Err() != nil {
 		panic(context.Cause(ctx))
 	}
@@ -83,6 +103,7 @@ type hostError string
 func (e hostError) Error() string { return string(e) }
 
 func hostLog(ctx context.Context, mod api.Module, stack []uint64) {
+	stopIfDone(ctx)
 	level, ptr, n := int32(stack[0]), uint32(stack[1]), uint32(stack[2])
 	b, ok := mod.Memory().Read(ptr, n)
 	if !ok {
@@ -94,6 +115,7 @@ func hostLog(ctx context.Context, mod api.Module, stack []uint64) {
 }
 
 func hostFHIR(ctx context.Context, mod api.Module, stack []uint64) {
+	stopIfDone(ctx)
 	ptr, n := uint32(stack[0]), uint32(stack[1])
 	req, ok := mod.Memory().Read(ptr, n)
 	if !ok {

@@ -172,11 +172,14 @@ func (m *jsMemory) wasRefused() bool {
 
 // jsInstance is one QuickJS instance and the engine functions the host calls.
 type jsInstance struct {
-	mod    api.Module
-	mem    *jsMemory
-	stdio  *jsStdio
-	sp     api.MutableGlobal
-	closed bool
+	mod   api.Module
+	mem   *jsMemory
+	stdio *jsStdio
+	sp    api.MutableGlobal
+	// fuel and depth are the instrumentation's counters (prepareEngine),
+	// reset with sp when the instance is reused.
+	fuel, depth api.MutableGlobal
+	closed      bool
 
 	malloc, free, newString, call, execJob, getStringLen, freeCString, freeValue,
 	getUndefined, isException, getException, getFloat64, eval, promiseState, promiseResult,
@@ -440,12 +443,29 @@ func (r *Runtime) jsEngine(ctx context.Context) (*jsEngine, error) {
 
 const jsHostModule = "env"
 
+// jsMinStackBytes is the least call depth limit of the JavaScript engine:
+// evaluating @medplum/core when the engine starts needs more than the
+// smallest SANDBOT_BOT_STACK_BYTES (64 KiB) allows.
+const jsMinStackBytes = 1 << 20
+
+// jsStackBytes is the engine's call depth limit (wasmrewrite.go): the bots'
+// limit, since a bot's recursion is the engine's, but at least
+// jsMinStackBytes. Plain JavaScript recursion meets QuickJS's own limit
+// first (a RangeError the bot may catch, about 2,000 calls deep); recursion
+// through C, such as JSON.stringify of a structure nested 10^5 deep, may
+// meet this one, which ends the execution.
+func (r *Runtime) jsStackBytes() int64 {
+	return max(r.cfg.Limits.BotStackBytes, jsMinStackBytes)
+}
+
 // newJSEngine compiles the engine and builds the base image. The engine is
-// trusted code compiled as shipped (not through Compile, whose checks are for
-// bots' modules): its deadline is the interrupt hook for JavaScript and, for
-// any code shape, the runtime's close-on-context-done.
+// trusted code, compiled in this process (not through Compile, whose budget
+// and compiler child are for bots' modules), but instrumented like every
+// bot module (prepareEngine): the runtime has no other deadline
+// (engineConfig), and some of QuickJS's builtins loop in C without polling
+// its interrupt hook.
 func (r *Runtime) newJSEngine(ctx context.Context) (*jsEngine, error) {
-	wasm, core, err := jsAssets()
+	shipped, core, err := jsAssets()
 	if r.cfg.noJS {
 		err = ErrJSUnavailable
 	}
@@ -455,6 +475,10 @@ func (r *Runtime) newJSEngine(ctx context.Context) (*jsEngine, error) {
 	start := time.Now()
 	if err := instantiateJSHost(ctx, r.wz); err != nil {
 		return nil, fmt.Errorf("runtime: JavaScript host module: %w", err)
+	}
+	wasm, err := prepareEngine(shipped, uint32(r.jsStackBytes()/8))
+	if err != nil {
+		return nil, fmt.Errorf("runtime: instrumenting the JavaScript engine: %w", err)
 	}
 	eng := &jsEngine{}
 	if eng.build, err = r.wz.CompileModule(ctx, wasm); err != nil {
@@ -611,6 +635,15 @@ func (r *Runtime) newJSInstance(ctx context.Context, cm wazero.CompiledModule, m
 		return nil, errors.New("runtime: JavaScript engine does not export a mutable __stack_pointer")
 	}
 	inst.sp = g
+	for _, g := range []struct {
+		name string
+		out  *api.MutableGlobal
+	}{{fuelExport, &inst.fuel}, {depthExport, &inst.depth}} {
+		if *g.out, ok = mod.ExportedGlobal(g.name).(api.MutableGlobal); !ok {
+			mod.Close(ctx)
+			return nil, fmt.Errorf("runtime: the JavaScript engine is not instrumented (no %s)", g.name)
+		}
+	}
 	for _, f := range []struct {
 		name string
 		out  *api.Function
@@ -633,6 +666,17 @@ func (r *Runtime) newJSInstance(ctx context.Context, cm wazero.CompiledModule, m
 		}
 	}
 	return inst, nil
+}
+
+// reset sets the stack pointer to sp and the instrumentation's counters to
+// their initial values, for an instance kept from an execution that ended
+// cleanly (its memory already put back to the image). Every call that ends
+// normally takes off the call depth it added, so the depth is 0 already;
+// setting it spares the next execution any doubt.
+func (i *jsInstance) reset(sp uint64) {
+	i.sp.Set(sp)
+	i.fuel.Set(yieldFuel)
+	i.depth.Set(0)
 }
 
 // restoreInstance instantiates the engine without its data segments over a
@@ -880,7 +924,7 @@ func (r *Runtime) runJS(parent context.Context, m *Module, ex Execution, lim Lim
 			return 0, fmt.Errorf("runtime: restoring a JavaScript instance: %w", err)
 		}
 	} else {
-		inst.sp.Set(bot.img.sp)
+		inst.reset(bot.img.sp)
 	}
 	inst.mem.arm(lim.MemoryBytes)
 	stdout := &lineWriter{logs: logs, level: 1}
@@ -1018,6 +1062,9 @@ func (r *Runtime) classifyJS(ctx context.Context, inst *jsInstance, call *jsCall
 		return failf(FailTrap, "Bot failed: %s", je.Error())
 	}
 	msg := err.Error()
+	if errors.Is(err, errStackExceeded) || strings.Contains(msg, "stack overflow") {
+		return failf(FailStack, "Bot exceeded the call stack limit of %d bytes (recursion too deep)", r.jsStackBytes())
+	}
 	if i := strings.IndexByte(msg, '\n'); i >= 0 {
 		msg = msg[:i]
 	}
@@ -1140,6 +1187,7 @@ func jsModuleLoad(ctx context.Context, mod api.Module, stack []uint64) {
 
 // jsHostCall answers __sandbot_host(op, arg) for the bridge.
 func jsHostCall(ctx context.Context, mod api.Module, stack []uint64) {
+	stopIfDone(ctx)
 	argc, argv := uint32(stack[3]), uint32(stack[4])
 	call := jsCallFrom(ctx)
 	if call == nil || argc < 2 {

@@ -98,14 +98,24 @@ func TestJSSyntaxErrorHasLineAndColumn(t *testing.T) {
 	}
 }
 
+// TestJSTimeout: every shape of JavaScript stops at its deadline. The
+// runtime has no close-on-context-done (engineConfig): JavaScript loops stop
+// at QuickJS's interrupt hook or at a yield of the engine's fuel
+// instrumentation, whichever comes first, and a builtin that loops in C
+// without polling the hook only at a yield.
 func TestJSTimeout(t *testing.T) {
 	r := jsRuntime(t)
 	for name, code := range map[string]string{
 		"loop":  `exports.handler = () => { for (;;) {} };`,
+		"while": `exports.handler = () => { while (true) {} };`,
 		"await": `exports.handler = async () => { for (;;) { await null; } };`,
-		// A builtin that loops in C without polling the interrupt hook:
-		// only wazero's close-on-done stops it.
+		// A builtin looping in C over an array-like of length 2^53 (it
+		// polls the interrupt hook).
 		"builtin": `exports.handler = () => Array.prototype.indexOf.call({ length: 2 ** 53 }, 1);`,
+		// A builtin looping in C 2^32 times without polling the interrupt
+		// hook and without allocating: only fuel stops it (it was still
+		// running after 4 s with the yields' deadline check taken out).
+		"join": `exports.handler = () => Array(2 ** 32 - 1).join('');`,
 	} {
 		t.Run(name, func(t *testing.T) {
 			m := compileJS(t, r, code)
@@ -144,6 +154,88 @@ func BenchmarkExecuteJSTrivial(b *testing.B) {
 			b.ReportMetric(float64(private), "private-bytes/instance")
 		}
 		m.js.put(inst)
+	}
+}
+
+// TestJSDeepRecursion: JavaScript recursion meets QuickJS's own stack limit,
+// a RangeError the bot can catch; recursion through C (JSON.stringify of a
+// structure nested 10^5 deep) may meet the engine's call depth limit first,
+// which ends the execution as a stack failure. Either way the bot's next
+// execution runs.
+func TestJSDeepRecursion(t *testing.T) {
+	r := jsRuntime(t)
+	caught := compileJS(t, r, `const f = (n) => f(n + 1) + 1;
+exports.handler = () => { try { f(0); } catch (e) { return { e: String(e) }; } };`)
+	res, err := runJS(t, r, caught, Execution{Event: jsEvent(t, MediaJSON, nil)})
+	if err != nil || string(res.Envelope.Result) != `{"e":"RangeError: Maximum call stack size exceeded"}` {
+		t.Fatalf("JavaScript recursion: %v %s", err, res.Envelope.Result)
+	}
+	deep := compileJS(t, r, `let o = {}; for (let i = 0; i < 1e5; i++) o = { o };
+exports.handler = (medplum, event) => event.input === 'deep' ? JSON.stringify(o).length : 'shallow';`)
+	res, err = runJS(t, r, deep, Execution{Event: jsEvent(t, MediaJSON, "deep")})
+	f := mustFail(t, res, err, FailStack)
+	if want := fmt.Sprintf("call stack limit of %d bytes", r.jsStackBytes()); !strings.Contains(f.Message, want) {
+		t.Fatalf("message %q, want %q", f.Message, want)
+	}
+	res, err = runJS(t, r, deep, Execution{Event: jsEvent(t, MediaJSON, "flat")})
+	if err != nil || string(res.Envelope.Result) != `"shallow"` {
+		t.Fatalf("after the stack failure: %v %s", err, res.Envelope.Result)
+	}
+}
+
+// TestJSInstanceCounters: the engine is instrumented (its fuel and call
+// depth globals exist), a clean execution leaves the call depth at 0, and
+// an instance kept for the next execution starts with full fuel.
+func TestJSInstanceCounters(t *testing.T) {
+	r := jsRuntime(t)
+	m := compileJS(t, r, `const f = (n) => n === 0 ? 0 : 1 + f(n - 1);
+exports.handler = () => { let s = 0; for (let i = 0; i < 1e3; i++) s += f(100); return s; };`)
+	res, err := runJS(t, r, m, Execution{Event: jsEvent(t, MediaJSON, nil)})
+	if err != nil || string(res.Envelope.Result) != `100000` {
+		t.Fatalf("%v %s", err, res.Envelope.Result)
+	}
+	inst := m.js.get()
+	if inst == nil {
+		t.Fatal("no instance kept after a clean execution")
+	}
+	if d := inst.depth.Get(); d != 0 {
+		t.Fatalf("call depth %d after a clean execution, want 0", d)
+	}
+	if f := int32(inst.fuel.Get()); f == yieldFuel {
+		t.Fatalf("fuel %d untouched by 10^5 calls: the engine is not charged", f)
+	}
+	inst.reset(m.js.img.sp)
+	if f := inst.fuel.Get(); f != yieldFuel {
+		t.Fatalf("fuel %d after reset, want %d", f, yieldFuel)
+	}
+	m.js.put(inst)
+}
+
+// BenchmarkJSCompute: JavaScript that computes, per loop iteration: an
+// empty-bodied counting loop of 10^6 iterations, and 10^5 pushes of a small
+// object (what the instrumentation and the deadline checks cost the
+// interpreter; see RATIONALE.md, "What it costs").
+func BenchmarkJSCompute(b *testing.B) {
+	r := jsRuntime(b)
+	for _, c := range []struct {
+		name, code string
+		n          float64
+	}{
+		{"loop", `exports.handler = async () => { let s = 0; for (let i = 0; i < 1e6; i++) { s += i; } return { s }; };`, 1e6},
+		{"push", `exports.handler = async () => { const a = []; for (let i = 0; i < 1e5; i++) { a.push({ i, s: 'x' }); } return { n: a.length }; };`, 1e5},
+	} {
+		b.Run(c.name, func(b *testing.B) {
+			m := compileJS(b, r, c.code)
+			ev := jsEvent(b, MediaJSON, nil)
+			b.ResetTimer()
+			for b.Loop() {
+				res, err := r.Execute(context.Background(), m, Execution{Event: ev, Limits: Limits{Timeout: time.Minute}})
+				if err != nil || len(res.Envelope.Result) == 0 {
+					b.Fatal(err, res)
+				}
+			}
+			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/c.n, "ns/iteration")
+		})
 	}
 }
 

@@ -2,7 +2,9 @@ package runtime
 
 import (
 	"cmp"
+	"errors"
 	"fmt"
+	"math"
 	"slices"
 )
 
@@ -249,20 +251,60 @@ func prepareModule(wasm []byte, b *moduleBudget, stackSlots uint32) ([]wasmImpor
 	if err != nil {
 		return nil, nil, nil, err
 	}
-	out, err := m.rewrite(b, stackSlots)
+	out, err := m.rewrite(b, rewriteOptions{stackSlots: stackSlots})
 	if err != nil {
 		return nil, nil, nil, err
 	}
 	return m.imports, out, m, nil
 }
 
-func (m *moduleInfo) rewrite(b *moduleBudget, stackSlots uint32) ([]byte, error) {
+// Exports the JavaScript engine's rewrite adds (rewriteOptions.engine).
+const (
+	fuelExport  = "sandbot_fuel"
+	depthExport = "sandbot_depth"
+)
+
+// engineBudget is the pre-parse's budget for the JavaScript engine: none to
+// speak of. The budget protects the server from modules a user uploads; the
+// engine ships inside the binary (pinned by its checksum in
+// jsengine/package-lock.json), and holding it to the operator's bot module
+// limits (SANDBOT_MODULE_*) would only let a lowered limit disable every
+// JavaScript bot.
+var engineBudget = moduleBudget{
+	functions: math.MaxUint32, functionBytes: math.MaxUint32, functionLocals: math.MaxUint32, locals: math.MaxUint32,
+	brTableTargets: math.MaxUint32, blockDepth: math.MaxUint32, tableElements: math.MaxUint32, types: math.MaxUint32,
+	typeArity: math.MaxUint32, globals: math.MaxUint32, dataSegments: math.MaxUint32, dataBytes: math.MaxUint32,
+}
+
+// prepareEngine instruments the JavaScript engine as every bot module is:
+// fuel and the call depth, whose limit (stackSlots) is the bots' own, since
+// a bot's JavaScript recursion is the engine's. Its data segments are left
+// as they are (its instances run over images of its memory, js.go), and it
+// exports its fuel and depth globals so that an instance kept for another
+// execution starts from fresh counters.
+func prepareEngine(wasm []byte, stackSlots uint32) ([]byte, error) {
+	b := engineBudget
+	m, err := parseModule(wasm, &b)
+	if err != nil {
+		return nil, err
+	}
+	return m.rewrite(&b, rewriteOptions{stackSlots: stackSlots, engine: true})
+}
+
+// rewriteOptions: the call depth limit in 8-byte slots, and whether the
+// module is the JavaScript engine (see prepareEngine).
+type rewriteOptions struct {
+	stackSlots uint32
+	engine     bool
+}
+
+func (m *moduleInfo) rewrite(b *moduleBudget, opts rewriteOptions) ([]byte, error) {
 	ins := &instrumentation{
 		importedFuncs: m.importedFuncs,
 		yieldFunc:     m.importedFuncs,
 		fuelGlobal:    m.globals,
 		depthGlobal:   m.globals + 1,
-		stackSlots:    stackSlots,
+		stackSlots:    opts.stackSlots,
 		wrapTypes:     map[uint32]int64{},
 	}
 	// Types: the module's, then the yield function's, then the block types
@@ -331,7 +373,15 @@ func (m *moduleInfo) rewrite(b *moduleBudget, stackSlots uint32) ([]byte, error)
 			// appended (see below).
 		case secExport:
 			out = m.appendGlobals(out)
-			out = appendSection(out, secExport, rewriteExports(s.body, shift))
+			var counters []uint32
+			if opts.engine {
+				counters = []uint32{ins.fuelGlobal, ins.depthGlobal}
+			}
+			body, err := rewriteExports(s.body, shift, counters)
+			if err != nil {
+				return nil, fmt.Errorf("export section: %w", err)
+			}
+			out = appendSection(out, secExport, body)
 		case secStart:
 			r := &reader{b: s.body}
 			f, _ := r.u32()
@@ -353,7 +403,9 @@ func (m *moduleInfo) rewrite(b *moduleBudget, stackSlots uint32) ([]byte, error)
 			out = appendSection(out, secCode, code)
 		case secData:
 			out = m.appendGlobals(out)
-			if nb, ok := m.dataImage(); ok {
+			if opts.engine {
+				out = appendSection(out, secData, s.body)
+			} else if nb, ok := m.dataImage(); ok {
 				out = appendSection(out, secData, nb)
 			} else if nb, ok := mergeData(s.body); ok && !m.dataCount {
 				out = appendSection(out, secData, nb)
@@ -368,6 +420,9 @@ func (m *moduleInfo) rewrite(b *moduleBudget, stackSlots uint32) ([]byte, error)
 		}
 	}
 	out = m.appendGlobals(out)
+	if opts.engine && m.section(secExport) == nil {
+		return nil, errors.New("the JavaScript engine has no export section")
+	}
 	return out, nil
 }
 
@@ -460,13 +515,19 @@ func copyConstExpr(r *reader, out []byte, shift func(uint32) uint32) []byte {
 	}
 }
 
-func rewriteExports(body []byte, shift func(uint32) uint32) []byte {
+// rewriteExports shifts the function indices of the exports, and exports
+// the globals counters, if any, as fuelExport and depthExport.
+func rewriteExports(body []byte, shift func(uint32) uint32, counters []uint32) ([]byte, error) {
 	r := &reader{b: body}
 	n, _ := r.u32()
-	out := appendU32(nil, n)
+	out := appendU32(nil, n+uint32(len(counters)))
+	names := []string{fuelExport, depthExport}
 	for i := uint32(0); i < n; i++ {
 		start := r.off
-		_, _ = r.name()
+		name, _ := r.name()
+		if len(counters) > 0 && slices.Contains(names, name) {
+			return nil, fmt.Errorf("the module already exports %q", name)
+		}
 		kind, _ := r.byte()
 		out = append(out, body[start:r.off]...)
 		idx, _ := r.u32()
@@ -475,7 +536,12 @@ func rewriteExports(body []byte, shift func(uint32) uint32) []byte {
 		}
 		out = appendU32(out, idx)
 	}
-	return out
+	for i, g := range counters {
+		out = appendName(out, names[i])
+		out = append(out, 0x03) // a global
+		out = appendU32(out, g)
+	}
+	return out, nil
 }
 
 func rewriteElements(body []byte, shift func(uint32) uint32) ([]byte, error) {
