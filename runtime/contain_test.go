@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"github.com/sandbot/sandbot/internal/testtiming"
 	"github.com/sandbot/sandbot/internal/wasmtest"
 	"strings"
 	"testing"
@@ -237,8 +238,9 @@ func TestCompileCanceledWhenCallersLeave(t *testing.T) {
 	}
 	// The flight is gone and the child with it: the slot is free again.
 	for len(r.compileSlots) > 0 {
-		if time.Since(start) > 5*time.Second {
-			t.Fatal("the compilation still holds its slot 5 s after its only caller left")
+		// A compilation left to finish holds the slot for about 8 s of CPU.
+		if bound := testtiming.Limit(5*time.Second, 5*time.Second+testtiming.Slack); time.Since(start) > bound {
+			t.Fatalf("the compilation still holds its slot %v after its only caller left", bound)
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
@@ -291,8 +293,8 @@ func TestLogFloodStops(t *testing.T) {
 			if !strings.Contains(f.Message, "wrote more than 8388608 bytes of log") {
 				t.Fatal(f.Message)
 			}
-			if time.Since(start) > 10*time.Second {
-				t.Fatalf("the flood ran %v, on towards its 20 s deadline", time.Since(start))
+			if bound := testtiming.Limit(10*time.Second, 15*time.Second); time.Since(start) > bound {
+				t.Fatalf("the flood ran %v (over %v), on towards its 20 s deadline", time.Since(start), bound)
 			}
 		})
 	}

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/sandbot/sandbot/internal/testtiming"
 	"github.com/sandbot/sandbot/internal/wasmtest"
 	"os"
 	"path/filepath"
@@ -155,8 +156,10 @@ func TestCommandOutputLimit(t *testing.T) {
 	start := time.Now()
 	res, err := r.Execute(context.Background(), m, Execution{Event: event("flood"), Limits: Limits{OutputBytes: 1 << 20}})
 	mustFail(t, res, err, FailOutput)
-	if d := time.Since(start); d > 5*time.Second {
-		t.Fatalf("flood stopped after %v", d)
+	// No deadline is set: the bound only tells a flood stopped at the
+	// output limit from one left running.
+	if d, bound := time.Since(start), testtiming.Limit(5*time.Second, 5*time.Second+testtiming.Slack); d > bound {
+		t.Fatalf("flood stopped after %v, over %v", d, bound)
 	}
 }
 
@@ -179,8 +182,8 @@ func TestTimeoutCLoop(t *testing.T) {
 	if f.Message != "Bot execution timed out after 300 ms" {
 		t.Fatalf("message %q", f.Message)
 	}
-	if d := time.Since(start); d < 300*time.Millisecond || d > 3*time.Second {
-		t.Fatalf("stopped after %v", d)
+	if d, bound := time.Since(start), testtiming.Bound(300*time.Millisecond, 2700*time.Millisecond); d < 300*time.Millisecond || d > bound {
+		t.Fatalf("stopped after %v (want 300 ms to %v)", d, bound)
 	}
 }
 
@@ -193,8 +196,8 @@ func TestTimeoutTightLoop(t *testing.T) {
 	start := time.Now()
 	res, err := r.Execute(context.Background(), m, Execution{Event: []byte(`{}`), Limits: Limits{Timeout: 100 * time.Millisecond}})
 	mustFail(t, res, err, FailTimeout)
-	if d := time.Since(start); d > 3*time.Second {
-		t.Fatalf("stopped after %v", d)
+	if d, bound := time.Since(start), testtiming.Bound(100*time.Millisecond, 2900*time.Millisecond); d > bound {
+		t.Fatalf("stopped after %v, over %v", d, bound)
 	}
 }
 
@@ -567,10 +570,9 @@ func TestCacheDirReuse(t *testing.T) {
 	if countFiles(t, dir) != files {
 		t.Fatal("second runtime wrote to the cache again")
 	}
+	// The file count above proves the cache is reused; the durations are only logged, since on a loaded machine
+	// a warm compile is not reliably faster than a cold one.
 	t.Logf("cold compile %v, warm (from %s) %v", cold, dir, warm)
-	if warm > cold/2 {
-		t.Fatalf("warm compile %v not faster than cold %v", warm, cold)
-	}
 }
 
 func countFiles(t *testing.T, dir string) int {

@@ -63,11 +63,16 @@ func TestKillDuringInvites(t *testing.T) {
 			ctx, cancel := context.WithCancel(context.Background())
 			var ok, failed atomic.Int64
 			var wg sync.WaitGroup
-			hc := &http.Client{Timeout: 10 * time.Second}
+			// The kill ends every request in flight; the client's timeout is
+			// only a backstop, long enough for a loaded machine.
+			hc := &http.Client{Timeout: time.Minute}
+			var workers atomic.Int32
 			for w := 0; w < 8; w++ {
 				wg.Add(1)
+				workers.Add(1)
 				go func(w int) {
 					defer wg.Done()
+					defer workers.Add(-1)
 					for i := 0; ctx.Err() == nil; i++ {
 						rt := []string{"Practitioner", "Patient"}[i%2]
 						body, _ := json.Marshal(inviteBody(rt, "Kill", fmt.Sprint(i), fmt.Sprintf("w%d-%d@kill.test", w, i)))
@@ -87,7 +92,13 @@ func TestKillDuringInvites(t *testing.T) {
 					}
 				}(w)
 			}
-			time.Sleep(700 * time.Millisecond)
+			// Kill after 700 ms and once some invites have finished, however
+			// slow the machine, with the others in flight: the workers never
+			// pause.
+			start := time.Now()
+			for (ok.Load() < 8 || time.Since(start) < 700*time.Millisecond) && workers.Load() > 0 {
+				time.Sleep(5 * time.Millisecond)
+			}
 			p.Kill() // SIGKILL: no drain, no rollback from the process
 			cancel()
 			wg.Wait()

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/sandbot/sandbot/internal/servertest"
+	"github.com/sandbot/sandbot/internal/testtiming"
 	"github.com/sandbot/sandbot/internal/wasmtest"
 )
 
@@ -247,7 +248,7 @@ func TestHostileBots(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts a server and runs hostile bots for about a minute")
 	}
-	strict := os.Getenv("SANDBOT_STRICT_TIMING") == "1"
+	strict := testtiming.Strict()
 	s := startHostileServer(t)
 	var a answer
 	echoWasm, err := os.ReadFile("../../examples/c-echo/c-echo.wasm")
@@ -347,10 +348,7 @@ func TestHostileBots(t *testing.T) {
 			if a.status != 400 || !strings.Contains(outcomeText(a.body), c.want) {
 				t.Fatalf("want 400 saying %q, got %d %s", c.want, a.status, a.body)
 			}
-			bound := time.Duration(c.timeout)*time.Second + 10*time.Second
-			if strict {
-				bound = time.Duration(c.timeout)*time.Second + time.Second
-			}
+			bound := testtiming.Bound(time.Duration(c.timeout)*time.Second, time.Second)
 			if a.elapsed > bound {
 				t.Fatalf("answered after %v, over %v", a.elapsed, bound)
 			}
