@@ -110,16 +110,21 @@ func (e *emitter) copyTo(off int) {
 // charge subtracts w from the fuel and yields when it runs out.
 func (e *emitter) charge(w uint32) {
 	w = min(w, yieldFuel)
-	g := e.ins.fuelGlobal
+	e.addToGlobal(e.ins.fuelGlobal, 0x6b, int32(w)) // i32.sub
+	e.refuelIfEmpty()
+}
+
+// addToGlobal emits global[g] = global[g] op v, op being i32.add (0x6a) or
+// i32.sub (0x6b): global.get g, i32.const v, op, global.set g.
+func (e *emitter) addToGlobal(g uint32, op byte, v int32) {
 	o := e.out
 	o = append(o, 0x23)
 	o = appendU32(o, g)
 	o = append(o, 0x41)
-	o = appendS32(o, int32(w))
-	o = append(o, 0x6b, 0x24) // i32.sub, global.set
+	o = appendS32(o, v)
+	o = append(o, op, 0x24)
 	o = appendU32(o, g)
 	e.out = o
-	e.refuelIfEmpty()
 }
 
 // refuelIfEmpty: if fuel < 0 { fuel = yieldFuel; yield(periodic) }.
@@ -141,13 +146,8 @@ func (e *emitter) refuelIfEmpty() {
 
 func (e *emitter) depthEnter() {
 	g := e.ins.depthGlobal
+	e.addToGlobal(g, 0x6a, int32(e.fb.frameSlots)) // i32.add
 	o := e.out
-	o = append(o, 0x23)
-	o = appendU32(o, g)
-	o = append(o, 0x41)
-	o = appendS32(o, int32(e.fb.frameSlots))
-	o = append(o, 0x6a, 0x24) // i32.add, global.set
-	o = appendU32(o, g)
 	o = append(o, 0x23)
 	o = appendU32(o, g)
 	o = append(o, 0x41)
@@ -160,15 +160,7 @@ func (e *emitter) depthEnter() {
 }
 
 func (e *emitter) depthExit() {
-	g := e.ins.depthGlobal
-	o := e.out
-	o = append(o, 0x23)
-	o = appendU32(o, g)
-	o = append(o, 0x41)
-	o = appendS32(o, int32(e.fb.frameSlots))
-	o = append(o, 0x6b, 0x24) // i32.sub, global.set
-	o = appendU32(o, g)
-	e.out = o
+	e.addToGlobal(e.ins.depthGlobal, 0x6b, int32(e.fb.frameSlots)) // i32.sub
 }
 
 // loopHeader is called with the offset just past a loop's block type.

@@ -116,6 +116,15 @@ func (h *Handler) writeRecord(w http.ResponseWriter, r *http.Request, status int
 	httpx.WriteJSON(w, status, httpx.FHIRJSON, body)
 }
 
+// answer writes what a use-case returned: rec with status, or its error.
+func (h *Handler) answer(w http.ResponseWriter, r *http.Request, status int, rec *store.Record, err error) {
+	if err != nil {
+		h.fail(w, r, err)
+		return
+	}
+	h.writeRecord(w, r, status, rec)
+}
+
 func (h *Handler) createProject(w http.ResponseWriter, r *http.Request) {
 	if err := caller(r).MayCreateProject(); err != nil {
 		h.fail(w, r, err)
@@ -132,11 +141,7 @@ func (h *Handler) createProject(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	rec, err := h.svc.CreateProject(r.Context(), caller(r), res)
-	if err != nil {
-		h.fail(w, r, err)
-		return
-	}
-	h.writeRecord(w, r, http.StatusCreated, rec)
+	h.answer(w, r, http.StatusCreated, rec, err)
 }
 
 func (h *Handler) initProject(w http.ResponseWriter, r *http.Request) {
@@ -167,11 +172,7 @@ func (h *Handler) initProject(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	rec, err := h.svc.InitProject(r.Context(), c, name, owner)
-	if err != nil {
-		h.fail(w, r, err)
-		return
-	}
-	h.writeRecord(w, r, http.StatusCreated, rec)
+	h.answer(w, r, http.StatusCreated, rec, err)
 }
 
 func (h *Handler) project(w http.ResponseWriter, r *http.Request) {
@@ -197,11 +198,7 @@ func (h *Handler) replaceList(field string) http.HandlerFunc {
 			return
 		}
 		rec, err := h.svc.ReplaceProjectList(r.Context(), c, mux.Vars(r)["pid"], field, list)
-		if err != nil {
-			h.fail(w, r, err)
-			return
-		}
-		h.writeRecord(w, r, http.StatusOK, rec)
+		h.answer(w, r, http.StatusOK, rec, err)
 	}
 }
 
@@ -221,11 +218,7 @@ func (h *Handler) createWith(w http.ResponseWriter, r *http.Request, fn func(con
 		return
 	}
 	rec, err := fn(r.Context(), c, mux.Vars(r)["pid"], m)
-	if err != nil {
-		h.fail(w, r, err)
-		return
-	}
-	h.writeRecord(w, r, http.StatusCreated, rec)
+	h.answer(w, r, http.StatusCreated, rec, err)
 }
 
 func (h *Handler) invite(w http.ResponseWriter, r *http.Request) {
@@ -241,21 +234,13 @@ func (h *Handler) invite(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	rec, err := h.svc.Invite(r.Context(), c, mux.Vars(r)["pid"], req)
-	if err != nil {
-		h.fail(w, r, err)
-		return
-	}
-	h.writeRecord(w, r, http.StatusOK, rec)
+	h.answer(w, r, http.StatusOK, rec, err)
 }
 
 func (h *Handler) getMember(w http.ResponseWriter, r *http.Request) {
 	v := mux.Vars(r)
 	rec, err := h.svc.Member(r.Context(), caller(r), v["pid"], v["mid"])
-	if err != nil {
-		h.fail(w, r, err)
-		return
-	}
-	h.writeRecord(w, r, http.StatusOK, rec)
+	h.answer(w, r, http.StatusOK, rec, err)
 }
 
 func (h *Handler) updateMember(w http.ResponseWriter, r *http.Request) {
@@ -276,11 +261,7 @@ func (h *Handler) updateMember(w http.ResponseWriter, r *http.Request) {
 	}
 	v := mux.Vars(r)
 	rec, err := h.svc.UpdateMember(r.Context(), c, v["pid"], v["mid"], res)
-	if err != nil {
-		h.fail(w, r, err)
-		return
-	}
-	h.writeRecord(w, r, http.StatusOK, rec)
+	h.answer(w, r, http.StatusOK, rec, err)
 }
 
 func (h *Handler) patchMember(w http.ResponseWriter, r *http.Request) {
@@ -296,11 +277,7 @@ func (h *Handler) patchMember(w http.ResponseWriter, r *http.Request) {
 	}
 	v := mux.Vars(r)
 	rec, err := h.svc.PatchMember(r.Context(), c, v["pid"], v["mid"], b)
-	if err != nil {
-		h.fail(w, r, err)
-		return
-	}
-	h.writeRecord(w, r, http.StatusOK, rec)
+	h.answer(w, r, http.StatusOK, rec, err)
 }
 
 func (h *Handler) deleteMember(w http.ResponseWriter, r *http.Request) {

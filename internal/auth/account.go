@@ -4,7 +4,6 @@ import (
 	"context"
 	"net/http"
 	"net/mail"
-	"time"
 
 	"github.com/gorilla/mux"
 	"golang.org/x/crypto/bcrypt"
@@ -190,7 +189,6 @@ func (a *Authenticator) revokeLogin(ctx context.Context, loginID, userRef string
 // new code (the earlier one stops working), as the reference's
 // ChooseScopeForm expects.
 func (a *Authenticator) handleScope(w http.ResponseWriter, r *http.Request) {
-	ctx := r.Context()
 	body, err := httpx.ReadJSONObject(r, a.maxBody)
 	if err != nil {
 		httpx.WriteError(w, r, a.log, err)
@@ -205,25 +203,14 @@ func (a *Authenticator) handleScope(w http.ResponseWriter, r *http.Request) {
 		httpx.WriteError(w, r, a.log, fhir.Invalid("Missing scope", "scope"))
 		return
 	}
-	code := newSecret()
-	_, err = a.store.Update(ctx, store.AllProjects, "Login", loginID, store.Write{Author: fhir.Reference{Reference: "system"}}, func(l fhir.Resource) (fhir.Resource, error) {
+	a.reissueCode(w, r, loginID, func(l fhir.Resource) error {
 		if l.String("authMethod") != "password" || l.Bool("granted") || l.Bool("revoked") || l.Ref("membership") == "" {
-			return nil, fhir.Invalid("Login not ready for a scope", "login")
+			return fhir.Invalid("Login not ready for a scope", "login")
 		}
 		if olderThan(l.String("authTime"), codeLifetime) {
-			return nil, fhir.Invalid("Login expired", "login")
+			return fhir.Invalid("Login expired", "login")
 		}
 		l["scope"] = scope
-		l["code"] = admin.HashSecret(code)
-		l["codeIssued"] = time.Now().UTC().Format(fhir.TimeFormat)
-		return l, nil
+		return nil
 	})
-	if err != nil {
-		if fhir.IsCode(err, fhir.ENotFound) || fhir.IsCode(err, fhir.EGone) {
-			err = fhir.Invalid("Login not found", "login")
-		}
-		httpx.WriteError(w, r, a.log, err)
-		return
-	}
-	httpx.WriteJSON(w, http.StatusOK, "application/json", map[string]any{"login": loginID, "code": loginID + "." + code})
 }

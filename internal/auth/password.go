@@ -243,21 +243,34 @@ func (a *Authenticator) handleProfile(w http.ResponseWriter, r *http.Request) {
 		httpx.WriteError(w, r, a.log, err)
 		return
 	}
-	code := newSecret()
-	_, err = a.store.Update(ctx, store.AllProjects, "Login", loginID, store.Write{Author: fhir.Reference{Reference: "system"}}, func(l fhir.Resource) (fhir.Resource, error) {
+	a.reissueCode(w, r, loginID, func(l fhir.Resource) error {
 		if l.String("authMethod") != "password" || l.Bool("granted") || l.Bool("revoked") || l.Ref("membership") != "" {
-			return nil, fhir.Invalid("Login already completed", "login")
+			return fhir.Invalid("Login already completed", "login")
 		}
-		if t, err := time.Parse(fhir.TimeFormat, l.String("authTime")); err != nil || time.Since(t) > codeLifetime {
-			return nil, fhir.Invalid("Login expired", "login")
+		if olderThan(l.String("authTime"), codeLifetime) {
+			return fhir.Invalid("Login expired", "login")
 		}
 		if m.Ref("user") != l.Ref("user") {
-			return nil, fhir.Invalid("Profile not found", "profile")
+			return fhir.Invalid("Profile not found", "profile")
 		}
 		if active, ok := m["active"].(bool); ok && !active {
-			return nil, fhir.Invalid("Profile not found", "profile")
+			return fhir.Invalid("Profile not found", "profile")
 		}
 		l["membership"] = map[string]any{"reference": "ProjectMembership/" + mid}
+		return nil
+	})
+}
+
+// reissueCode gives the password login loginID a new authorization code (the
+// earlier one stops working) once step accepts the Login and makes its change
+// to it, and answers {login, code} as a first login step does. A login that
+// does not exist (or no longer does) is a 400 naming it.
+func (a *Authenticator) reissueCode(w http.ResponseWriter, r *http.Request, loginID string, step func(l fhir.Resource) error) {
+	code := newSecret()
+	_, err := a.store.Update(r.Context(), store.AllProjects, "Login", loginID, store.Write{Author: fhir.Reference{Reference: "system"}}, func(l fhir.Resource) (fhir.Resource, error) {
+		if err := step(l); err != nil {
+			return nil, err
+		}
 		l["code"] = admin.HashSecret(code)
 		l["codeIssued"] = time.Now().UTC().Format(fhir.TimeFormat)
 		return l, nil
