@@ -25,7 +25,6 @@ import (
 
 	"github.com/sandbot/sandbot/admin"
 	"github.com/sandbot/sandbot/fhir"
-	"github.com/sandbot/sandbot/internal/servertest"
 	"github.com/sandbot/sandbot/store"
 	"github.com/sandbot/sandbot/store/storetest"
 )
@@ -37,15 +36,13 @@ var memberFixtures = map[string]*fixture{}
 // memberFixture seeds benchMembers memberships into one project, once per
 // backend and process.
 func memberFixture(b *testing.B, be storetest.Backend) *fixture {
-	fixturesMu.Lock()
-	defer fixturesMu.Unlock()
-	if f := memberFixtures[be.Name]; f != nil {
-		return f
-	}
-	tb := longTB{TB: b}
-	s := servertest.Start(tb, be)
-	c := s.NewProject(tb, "members")
-	f := &fixture{s: s, client: c}
+	return sharedFixture(b, memberFixtures, be, "members", seedMembers)
+}
+
+// seedMembers creates benchMembers memberships in f's project, then
+// refreshes the planner statistics.
+func seedMembers(b *testing.B, f *fixture) {
+	s, c := f.s, f.client
 	ctx := context.Background()
 	start := time.Now()
 	profiles := []string{"Patient", "Practitioner", "RelatedPerson", "ClientApplication", "Bot"}
@@ -65,22 +62,10 @@ func memberFixture(b *testing.B, be storetest.Backend) *fixture {
 		}
 	}
 	f.seedTime = time.Since(start)
-	analyze(b, s)
-	fmt.Fprintf(os.Stderr, "seed %s: %d memberships in %v\n", be.Name, benchMembers, f.seedTime.Round(time.Millisecond))
-	memberFixtures[be.Name] = f
-	return f
-}
-
-// analyze refreshes the planner statistics as the server would shortly
-// (PostgreSQL's autovacuum; sqlstore's PRAGMA optimize loop).
-func analyze(b *testing.B, s *servertest.Server) {
-	stats := `VACUUM ANALYZE`
-	if s.Backend == "sqlite" {
-		stats = `PRAGMA optimize=0x10002`
-	}
-	if _, err := s.Store.DB().ExecContext(context.Background(), stats); err != nil {
-		b.Fatalf("%s: %v", stats, err)
-	}
+	// As the server would shortly: PostgreSQL's autovacuum, sqlstore's
+	// PRAGMA optimize loop.
+	refreshStats(b, s, `VACUUM ANALYZE`)
+	fmt.Fprintf(os.Stderr, "seed %s: %d memberships in %v\n", s.Backend, benchMembers, f.seedTime.Round(time.Millisecond))
 }
 
 // searchCase is one benchmarked query and the total it must find.

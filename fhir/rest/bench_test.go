@@ -114,15 +114,29 @@ func benchFamily(n int) string { return fmt.Sprintf("Fam%05d", n) }
 // seededFixture returns the server of backend b with benchPatients Patients in
 // one project, seeding it on first use.
 func seededFixture(b *testing.B, be storetest.Backend) *fixture {
+	return sharedFixture(b, fixtures, be, "bench", seedPatients)
+}
+
+// sharedFixture returns cache's fixture for backend be, making it on first
+// use: a server of its own, one project named project, seeded by seed.
+func sharedFixture(b *testing.B, cache map[string]*fixture, be storetest.Backend, project string, seed func(*testing.B, *fixture)) *fixture {
 	fixturesMu.Lock()
 	defer fixturesMu.Unlock()
-	if f := fixtures[be.Name]; f != nil {
+	if f := cache[be.Name]; f != nil {
 		return f
 	}
 	tb := longTB{TB: b}
 	s := servertest.Start(tb, be)
-	c := s.NewProject(tb, "bench")
-	f := &fixture{s: s, client: c}
+	f := &fixture{s: s, client: s.NewProject(tb, project)}
+	seed(b, f)
+	cache[be.Name] = f
+	return f
+}
+
+// seedPatients creates benchPatients Patients in f's project, then refreshes
+// the planner statistics.
+func seedPatients(b *testing.B, f *fixture) {
+	s, c := f.s, f.client
 	ctx := context.Background()
 	start := time.Now()
 	author := fhir.Reference{Reference: c.Profile}
@@ -185,17 +199,21 @@ func seededFixture(b *testing.B, be storetest.Backend) *fixture {
 	// sqlstore runs SQLite's PRAGMA optimize every 10 minutes. Without them
 	// SQLite's planner walks every Patient in _lastUpdated order for a name
 	// search (~40 ms instead of ~0.5 ms).
-	stats := `ANALYZE`
+	refreshStats(b, s, `ANALYZE`)
+	b.Logf("%s: seeded %d patients in %v", s.Backend, benchPatients, f.seedTime)
+	fmt.Fprintf(os.Stderr, "seed %s: %d patients in %v (%.0f/s)\n", s.Backend, benchPatients, f.seedTime, float64(benchPatients)/f.seedTime.Seconds())
+}
+
+// refreshStats runs postgres (ANALYZE, or VACUUM ANALYZE) on PostgreSQL and
+// PRAGMA optimize on SQLite.
+func refreshStats(b *testing.B, s *servertest.Server, postgres string) {
+	stats := postgres
 	if s.Backend == "sqlite" {
 		stats = `PRAGMA optimize=0x10002`
 	}
-	if _, err := s.Store.DB().ExecContext(ctx, stats); err != nil {
+	if _, err := s.Store.DB().ExecContext(context.Background(), stats); err != nil {
 		b.Fatalf("%s: %v", stats, err)
 	}
-	b.Logf("%s: seeded %d patients in %v", be.Name, benchPatients, f.seedTime)
-	fmt.Fprintf(os.Stderr, "seed %s: %d patients in %v (%.0f/s)\n", be.Name, benchPatients, f.seedTime, float64(benchPatients)/f.seedTime.Seconds())
-	fixtures[be.Name] = f
-	return f
 }
 
 // httpClient keeps enough idle connections for RunParallel.
