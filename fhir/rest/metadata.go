@@ -32,13 +32,19 @@ func capabilityStatement() map[string]any {
 			if definitions.Serves(t) { // read-only
 				interactions = []any{map[string]any{"code": "read"}, map[string]any{"code": "vread"}, map[string]any{"code": "history-instance"}, map[string]any{"code": "search-type"}}
 			}
-			resources = append(resources, map[string]any{
+			res := map[string]any{
 				"type":        t,
 				"interaction": interactions,
 				"versioning":  "versioned",
 				"readHistory": true,
 				"searchParam": params,
-			})
+			}
+			if !definitions.Serves(t) {
+				// internal/fhirservice/conditional.go; a conditional delete
+				// deletes at most one resource.
+				res["conditionalCreate"], res["conditionalUpdate"], res["conditionalDelete"] = true, true, "single"
+			}
+			resources = append(resources, res)
 		}
 		capability = map[string]any{
 			"resourceType": "CapabilityStatement",

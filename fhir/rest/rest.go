@@ -120,7 +120,8 @@ var restRoutes = []struct {
 	path    string
 	methods []string
 }{
-	{"/{type}", []string{http.MethodGet, http.MethodPost}},
+	// PUT, PATCH and DELETE on a type are conditional: "?<query>" names the resource.
+	{"/{type}", []string{http.MethodGet, http.MethodPost, http.MethodPut, http.MethodPatch, http.MethodDelete}},
 	{"/{type}/_search", []string{http.MethodPost}},
 	{"/{type}/{id}", []string{http.MethodGet, http.MethodPut, http.MethodPatch, http.MethodDelete}},
 	{"/{type}/{id}/_history", []string{http.MethodGet}},
@@ -161,7 +162,7 @@ func (h *Handler) serve(w http.ResponseWriter, r *http.Request) {
 		rel += "?" + r.URL.RawQuery
 	}
 	req := &fhirservice.Request{Method: r.Method, URL: rel, ContentType: r.Header.Get("Content-Type"),
-		IfMatch: r.Header.Get("If-Match"), Accept: r.Header.Get("Accept")}
+		IfMatch: r.Header.Get("If-Match"), IfNoneExist: r.Header.Get("If-None-Exist"), Accept: r.Header.Get("Accept")}
 	if op := bodyOp(r); op != 0 && !definitions.Serves(mux.Vars(r)["type"]) {
 		// A caller who may not act never has its body read.
 		if err := fhirservice.Authorize(p, mux.Vars(r)["type"], op); err != nil {

@@ -31,9 +31,10 @@ import (
 //     "Type/id".
 //
 // A PATCH entry carries its JSON Patch as a Binary resource whose data is the
-// patch in base64 (the reference's convention); ifNoneExist makes a POST
-// conditional (an existing single match is answered instead, two or more are
-// 412), ifMatch makes a write conditional on a version.
+// patch in base64 (the reference's convention); ifNoneExist makes a POST a
+// conditional create and a url "Type?query" makes a PUT, PATCH or DELETE
+// conditional, all run by Do as the same REST request (conditional.go);
+// ifMatch makes a write conditional on a version.
 
 // bundleRequest is the part of a Bundle that Bundle reads.
 type bundleRequest struct {
@@ -156,14 +157,10 @@ func (run *bundleRun) entry(ctx context.Context, svc *Service, i int) responseEn
 	e := run.bundle.Entry[i]
 	req, err := run.request(e)
 	var resp *Response
-	if err == nil && req.conditional != "" {
-		resp, err = run.ifNoneExist(ctx, svc, req)
-	}
-	if err == nil && resp == nil {
-		resp = svc.Do(ctx, run.p, &req.Request)
-	}
 	if err != nil {
 		resp = ErrorResponse(err)
+	} else {
+		resp = svc.Do(ctx, run.p, req)
 	}
 	if resp.Err != nil && run.bundle.Type == "transaction" {
 		run.failed = entryError(resp.Err, i)
@@ -206,15 +203,9 @@ func entryError(err error, i int) error {
 	return &c
 }
 
-// entryRequest is an entry made into a Request, with its ifNoneExist.
-type entryRequest struct {
-	Request
-	conditional string
-}
-
 // request builds the Request of an entry, with the urn:uuid references
 // resolved so far rewritten.
-func (run *bundleRun) request(e bundleEntry) (*entryRequest, error) {
+func (run *bundleRun) request(e bundleEntry) (*Request, error) {
 	if e.Request == nil {
 		return nil, fhir.Invalid("Missing entry.request", "request")
 	}
@@ -238,7 +229,7 @@ func (run *bundleRun) request(e bundleEntry) (*entryRequest, error) {
 	if u, err := url.Parse(target); err != nil || u.Scheme != "" || u.Host != "" {
 		return nil, fhir.Invalid("entry.request.url must be relative to the FHIR base", "request.url")
 	}
-	req := &entryRequest{Request: Request{Method: method, URL: target, IfMatch: e.Request.IfMatch, Accept: "application/fhir+json"}}
+	req := &Request{Method: method, URL: target, IfMatch: e.Request.IfMatch, Accept: "application/fhir+json"}
 	hasResource := len(e.Resource) > 0 && !bytes.Equal(bytes.TrimSpace(e.Resource), []byte("null"))
 	switch method {
 	case "POST", "PUT":
@@ -253,8 +244,8 @@ func (run *bundleRun) request(e bundleEntry) (*entryRequest, error) {
 			return nil, err
 		}
 		req.Body, req.ContentType = body, FHIRJSON
-		if method == "POST" && e.Request.IfNoneExist != "" {
-			req.conditional = run.rewriteString(e.Request.IfNoneExist, false)
+		if method == "POST" {
+			req.IfNoneExist = run.rewriteString(e.Request.IfNoneExist, false)
 		}
 	case "PATCH":
 		patch, err := patchBody(e.Resource)
@@ -289,35 +280,6 @@ func patchBody(resource json.RawMessage) ([]byte, error) {
 		return nil, fhir.Invalid("Patch body must be an array", "resource.data")
 	}
 	return data, nil
-}
-
-// ifNoneExist answers a conditional create: the one existing match (200),
-// 412 for several, or nil to go on with the create.
-func (run *bundleRun) ifNoneExist(ctx context.Context, svc *Service, req *entryRequest) (*Response, error) {
-	segs, _, err := splitURL(req.URL)
-	if err != nil || len(segs) != 1 {
-		return nil, fhir.Invalid("ifNoneExist needs a create (POST <type>)", "request.ifNoneExist")
-	}
-	q := strings.TrimPrefix(req.conditional, "?")
-	found := svc.Do(ctx, run.p, &Request{Method: "GET", URL: segs[0] + "?" + q + "&_count=2"})
-	if found.Err != nil {
-		return found, nil
-	}
-	var set struct {
-		Entry []struct {
-			Resource json.RawMessage `json:"resource"`
-		} `json:"entry"`
-	}
-	if err := json.Unmarshal(found.Body, &set); err != nil {
-		return nil, err
-	}
-	switch len(set.Entry) {
-	case 0:
-		return nil, nil
-	case 1:
-		return &Response{Status: 200, Body: set.Entry[0].Resource, ContentType: FHIRJSON}, nil
-	}
-	return nil, fhir.Errorf(fhir.EMultipleMatches, "Multiple matches for ifNoneExist")
 }
 
 // rewrite replaces the resolved urn:uuid references in a JSON value: every

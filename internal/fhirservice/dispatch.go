@@ -8,6 +8,8 @@ import (
 	"net/url"
 	"strings"
 
+	jsonpatch "github.com/evanphx/json-patch/v5"
+
 	"github.com/sandbot/sandbot/fhir"
 	"github.com/sandbot/sandbot/fhir/definitions"
 	"github.com/sandbot/sandbot/internal/mediatype"
@@ -46,6 +48,10 @@ type Request struct {
 	// IfMatch is an If-Match value (W/"vid" or "vid"): an update, patch or
 	// delete then applies only to that version (412 otherwise).
 	IfMatch string
+	// IfNoneExist is an If-None-Exist value (a search query of the type,
+	// "identifier=x|1"): a create then happens only when nothing matches
+	// (conditional.go). Other interactions ignore it, as the reference does.
+	IfNoneExist string
 	// Accept decides how a Binary is read: its raw content, unless Accept
 	// names JSON (application/fhir+json or application/json).
 	Accept string
@@ -138,6 +144,15 @@ func (s *Service) do(ctx context.Context, p *principal.Principal, req *Request) 
 			return binaryContent(rec)
 		}
 		return recordResponse(200, rec, "")
+	case len(segs) == 1 && method == "PUT":
+		return s.doUpdateWhere(ctx, p, typ, req, rawQuery)
+	case len(segs) == 1 && method == "PATCH":
+		return s.doPatchWhere(ctx, p, typ, req, rawQuery)
+	case len(segs) == 1 && method == "DELETE":
+		if err := s.DeleteWhere(ctx, p, typ, rawQuery, ifMatch(req.IfMatch)); err != nil {
+			return nil, err
+		}
+		return outcomeResponse(200, fhir.AllOK()), nil
 	case len(segs) == 2 && method == "PUT":
 		if err := authorizeID(p, typ, segs[1], OpUpdate); err != nil {
 			return nil, err
@@ -155,10 +170,7 @@ func (s *Service) do(ctx context.Context, p *principal.Principal, req *Request) 
 		if err := authorizeID(p, typ, segs[1], OpUpdate); err != nil {
 			return nil, err
 		}
-		if mediatype.Of(req.ContentType) != mediaJSONPatch {
-			return nil, fhir.Errorf(fhir.EUnsupportedMedia, "Unsupported media type")
-		}
-		ops, err := DecodePatch(req.Body)
+		ops, err := requestPatch(req)
 		if err != nil {
 			return nil, err
 		}
@@ -227,11 +239,67 @@ func (s *Service) doCreate(ctx context.Context, p *principal.Principal, typ stri
 	} else if res, err = jsonBody(req, typ); err != nil {
 		return nil, err
 	}
+	if strings.TrimSpace(req.IfNoneExist) != "" {
+		rec, created, err := s.CreateIfNoneExist(ctx, p, res, req.IfNoneExist)
+		if err != nil {
+			return nil, err
+		}
+		return s.writtenResponse(rec, created)
+	}
 	rec, err := s.Create(ctx, p, res)
 	if err != nil {
 		return nil, err
 	}
+	return s.writtenResponse(rec, true)
+}
+
+// writtenResponse answers a write: 201 with a Location for a created
+// resource, 200 otherwise.
+func (s *Service) writtenResponse(rec *store.Record, created bool) (*Response, error) {
+	if !created {
+		return recordResponse(200, rec, "")
+	}
 	return recordResponse(201, rec, s.base+rec.ResourceType+"/"+rec.ID+"/_history/"+rec.VersionID)
+}
+
+// doUpdateWhere is a conditional update (PUT <type>?<query>).
+func (s *Service) doUpdateWhere(ctx context.Context, p *principal.Principal, typ string, req *Request, rawQuery string) (*Response, error) {
+	if err := Authorize(p, typ, OpUpdate); err != nil {
+		return nil, err
+	}
+	res, err := jsonBody(req, typ)
+	if err != nil {
+		return nil, err
+	}
+	rec, created, err := s.UpdateWhere(ctx, p, typ, rawQuery, res, ifMatch(req.IfMatch))
+	if err != nil {
+		return nil, err
+	}
+	return s.writtenResponse(rec, created)
+}
+
+// doPatchWhere is a conditional patch (PATCH <type>?<query>).
+func (s *Service) doPatchWhere(ctx context.Context, p *principal.Principal, typ string, req *Request, rawQuery string) (*Response, error) {
+	if err := Authorize(p, typ, OpUpdate); err != nil {
+		return nil, err
+	}
+	ops, err := requestPatch(req)
+	if err != nil {
+		return nil, err
+	}
+	rec, err := s.PatchWhere(ctx, p, typ, rawQuery, ops, ifMatch(req.IfMatch))
+	if err != nil {
+		return nil, err
+	}
+	return recordResponse(200, rec, "")
+}
+
+// requestPatch is a PATCH request's JSON Patch.
+func requestPatch(req *Request) (jsonpatch.Patch, error) {
+	if mediatype.Of(req.ContentType) != mediaJSONPatch {
+		return nil, fhir.Errorf(fhir.EUnsupportedMedia, "Unsupported media type")
+	}
+	return DecodePatch(req.Body)
 }
 
 // rawBinary wraps a non-JSON upload in a Binary resource.
