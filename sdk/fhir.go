@@ -44,15 +44,21 @@ func (e *FHIRError) Error() string {
 }
 
 type fhirRequest struct {
-	Method string `json:"method"`
-	URL    string `json:"url"`
-	Body   any    `json:"body,omitempty"`
+	Method      string `json:"method"`
+	URL         string `json:"url"`
+	Body        any    `json:"body,omitempty"`
+	IfNoneExist string `json:"ifNoneExist,omitempty"`
+	IfMatch     string `json:"ifMatch,omitempty"`
 }
 
 // Do sends a request and returns the response whatever its status; the
 // error is only for a request that could not be made.
 func (c *FHIRClient) Do(method, url string, body any) (*FHIRResponse, error) {
-	req, err := json.Marshal(fhirRequest{Method: strings.ToUpper(method), URL: url, Body: body})
+	return c.send(fhirRequest{Method: strings.ToUpper(method), URL: url, Body: body})
+}
+
+func (c *FHIRClient) send(r fhirRequest) (*FHIRResponse, error) {
+	req, err := json.Marshal(r)
 	if err != nil {
 		return nil, fmt.Errorf("sdk: encoding FHIR request: %w", err)
 	}
@@ -69,7 +75,12 @@ func (c *FHIRClient) Do(method, url string, body any) (*FHIRResponse, error) {
 
 // do sends a request and decodes a successful body into out.
 func (c *FHIRClient) do(method, url string, body, out any) error {
-	resp, err := c.Do(method, url, body)
+	return c.sendDecode(fhirRequest{Method: method, URL: url, Body: body}, out)
+}
+
+// sendDecode sends a request and decodes a successful body into out.
+func (c *FHIRClient) sendDecode(r fhirRequest, out any) error {
+	resp, err := c.send(r)
 	if err != nil {
 		return err
 	}
@@ -108,6 +119,32 @@ func (c *FHIRClient) Create(resource any) (Resource, error) {
 	}
 	var r Resource
 	err = c.do("POST", rt, resource, &r)
+	return r, err
+}
+
+// CreateIfNoneExist creates a resource unless query (a search of its type,
+// e.g. "identifier=http://x|1") matches one, which it then returns unchanged;
+// several matches are an error (412). The check and the create are atomic.
+func (c *FHIRClient) CreateIfNoneExist(resource any, query string) (Resource, error) {
+	rt, _, err := typeAndID(resource)
+	if err != nil {
+		return nil, err
+	}
+	var r Resource
+	err = c.sendDecode(fhirRequest{Method: "POST", URL: rt, Body: resource, IfNoneExist: strings.TrimPrefix(query, "?")}, &r)
+	return r, err
+}
+
+// Upsert updates the one resource of the resource's type that query matches
+// with resource, or creates it when none does; several matches are an error
+// (412). The check and the write are atomic.
+func (c *FHIRClient) Upsert(resource any, query string) (Resource, error) {
+	rt, _, err := typeAndID(resource)
+	if err != nil {
+		return nil, err
+	}
+	var r Resource
+	err = c.do("PUT", rt+"?"+strings.TrimPrefix(query, "?"), resource, &r)
 	return r, err
 }
 

@@ -137,3 +137,27 @@ func TestFHIRSearch(t *testing.T) {
 		t.Fatalf("%v", err)
 	}
 }
+
+func TestFHIRConditional(t *testing.T) {
+	var got []string
+	SetFHIRTransport(func(req []byte) []byte {
+		got = append(got, string(req))
+		return []byte(`{"status":200,"body":{"resourceType":"Patient","id":"a"}}`)
+	})
+	defer SetFHIRTransport(nil)
+	c := &FHIRClient{}
+	p := map[string]any{"resourceType": "Patient"}
+	if r, err := c.CreateIfNoneExist(p, "?identifier=s|1"); err != nil || r.ID() != "a" {
+		t.Fatalf("CreateIfNoneExist: %v %v", r, err)
+	}
+	if r, err := c.Upsert(p, "identifier=s|1"); err != nil || r.ID() != "a" {
+		t.Fatalf("Upsert: %v %v", r, err)
+	}
+	want := []string{
+		`{"method":"POST","url":"Patient","body":{"resourceType":"Patient"},"ifNoneExist":"identifier=s|1"}`,
+		`{"method":"PUT","url":"Patient?identifier=s|1","body":{"resourceType":"Patient"}}`,
+	}
+	if strings.Join(got, "\n") != strings.Join(want, "\n") {
+		t.Fatalf("requests:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+}

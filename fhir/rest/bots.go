@@ -688,9 +688,11 @@ func (h *Handler) botFHIR(ctx context.Context, rec *store.Record) func(context.C
 			return fhirReply(http.StatusForbidden, fhir.OutcomeFor(fhir.Errorf(fhir.EForbidden, "Bot has no project membership")))
 		}
 		var req struct {
-			Method string          `json:"method"`
-			URL    string          `json:"url"`
-			Body   json.RawMessage `json:"body"`
+			Method      string          `json:"method"`
+			URL         string          `json:"url"`
+			Body        json.RawMessage `json:"body"`
+			IfNoneExist string          `json:"ifNoneExist"`
+			IfMatch     string          `json:"ifMatch"`
 		}
 		if err := json.Unmarshal(request, &req); err != nil || req.URL == "" {
 			return fhirReply(http.StatusBadRequest, fhir.OutcomeFor(fhir.Invalid("FHIR request must be {method, url, body}")))
@@ -698,7 +700,8 @@ func (h *Handler) botFHIR(ctx context.Context, rec *store.Record) func(context.C
 		if req.Method == "" {
 			req.Method = http.MethodGet
 		}
-		in := &fhirservice.Request{Method: strings.ToUpper(req.Method), URL: req.URL, Accept: mediaFHIR}
+		in := &fhirservice.Request{Method: strings.ToUpper(req.Method), URL: req.URL, Accept: mediaFHIR,
+			IfNoneExist: req.IfNoneExist, IfMatch: req.IfMatch}
 		if len(req.Body) > 0 && string(req.Body) != "null" {
 			in.Body = req.Body
 			in.ContentType = mediaFHIR

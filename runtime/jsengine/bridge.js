@@ -137,7 +137,13 @@
         throw new TypeError(`fetch ${req.method} ${url}: the body must be JSON (${networkRule})`);
       }
     }
-    const reply = JSON.parse(host('fhir', JSON.stringify({ method: req.method, url: url.slice(fhirBase.length), body: json })));
+    // The headers of conditional requests (createResourceIfNoneExist,
+    // If-Match) travel with the request; others mean nothing in-process.
+    const ifNoneExist = req.headers.get('if-none-exist') || undefined;
+    const ifMatch = req.headers.get('if-match') || undefined;
+    const reply = JSON.parse(
+      host('fhir', JSON.stringify({ method: req.method, url: url.slice(fhirBase.length), body: json, ifNoneExist, ifMatch }))
+    );
     const text = reply.body === undefined || reply.body === null ? '' : JSON.stringify(reply.body);
     const contentType = reply.status >= 200 && typeof reply.body === 'object' ? 'application/fhir+json' : 'application/json';
     return new Response(reply.status === 204 ? null : text, {
