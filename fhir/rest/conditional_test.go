@@ -7,6 +7,8 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"os"
+	"strings"
 	"sync"
 	"testing"
 
@@ -368,4 +370,42 @@ func entryStatuses(t *testing.T, r *servertest.Response) []string {
 		out = append(out, str(e, "response", "status"))
 	}
 	return out
+}
+
+// TestConditionalFromJSBot: a JavaScript bot's MedplumClient sends the
+// If-None-Exist header (createResourceIfNoneExist) and conditional URLs
+// (upsertResource) through the in-process fetch; the dispatcher answers them
+// as it answers HTTP.
+func TestConditionalFromJSBot(t *testing.T) {
+	servertest.ForEachBackend(t, func(t *testing.T, s *servertest.Server) {
+		c := s.NewProject(t, "cbot")
+		// Bots created through the admin API get their own membership.
+		r := c.Do("POST", "admin/projects/"+c.ProjectID+"/bot", map[string]any{"name": "conditional", "runtimeVersion": "vmcontext"}, "application/json")
+		if r.Status != 201 && r.Status != 200 {
+			t.Fatalf("create bot: %d %s", r.Status, r.Body)
+		}
+		bot := r.JSON()["id"].(string)
+		code := `exports.handler = async (medplum) => {
+  const p = { resourceType: 'Patient', identifier: [{ system: 'urn:cbot', value: '1' }] };
+  const a = await medplum.createResourceIfNoneExist(p, 'identifier=urn:cbot|1');
+  const b = await medplum.createResourceIfNoneExist(p, 'identifier=urn:cbot|1');
+  const u = await medplum.upsertResource({ ...p, gender: 'female' }, 'identifier=urn:cbot|1');
+  const n = await medplum.upsertResource({ resourceType: 'Patient', identifier: [{ system: 'urn:cbot', value: '2' }] }, { identifier: 'urn:cbot|2' });
+  return { same: a.id === b.id && b.id === u.id, gender: u.gender, created: n.id !== a.id };
+};`
+		dr := c.Do("POST", "fhir/R4/Bot/"+bot+"/$deploy", map[string]any{"code": code, "filename": "conditional.js"}, "")
+		if dr.Status == 400 && strings.Contains(dr.Issue(), "make js") && os.Getenv("CI") == "" {
+			t.Skip("JavaScript engine not fetched (make js)")
+		}
+		if dr.Status != 200 {
+			t.Fatalf("deploy: %d %s", dr.Status, dr.Body)
+		}
+		r = c.Do("POST", "fhir/R4/Bot/"+bot+"/$execute", `{}`, "application/json")
+		if r.Status != 200 || string(r.Body) != `{"same":true,"gender":"female","created":true}` {
+			t.Fatalf("bot: %d %s", r.Status, r.Body)
+		}
+		if n := countOf(t, c, "Patient?identifier=urn:cbot|1"); n != 1 {
+			t.Errorf("%d Patients urn:cbot|1, want 1", n)
+		}
+	})
 }
