@@ -31,6 +31,10 @@
 //	(*Service).Patch(ctx, p, typ, id, jsonpatch.Patch, ifMatch) (*store.Record, error)
 //	(*Service).Modify(ctx, p, typ, id, fn) (*store.Record, error) // read-modify-write under Patch's rules
 //	(*Service).Delete(ctx, p, typ, id, ifMatch) error
+//	(*Service).CreateIfNoneExist(ctx, p, fhir.Resource, query) (*store.Record, created bool, error)
+//	(*Service).UpdateWhere(ctx, p, typ, query, fhir.Resource, ifMatch) (*store.Record, created bool, error)
+//	(*Service).PatchWhere(ctx, p, typ, query, jsonpatch.Patch, ifMatch) (*store.Record, error)
+//	(*Service).DeleteWhere(ctx, p, typ, query, ifMatch) error  // conditional.go: 0/1/several matches
 //	(*Service).Load / LoadForUpdate(ctx, p, typ, id)    // authorized stored record, for use-cases only
 //
 // Writes: the server chooses ids (a Project's id is its own meta.project; a
@@ -53,7 +57,7 @@
 //
 //	(*Service).Do(ctx, p, *Request) *Response
 //
-// A Request is {Method, URL, Body, ContentType, IfMatch, Accept}, with URL
+// A Request is {Method, URL, Body, ContentType, IfMatch, IfNoneExist, Accept}, with URL
 // relative to the FHIR base ("Patient?name=x", "Patient/1",
 // "Patient/1/_history/2", "Patient/_search"); the Response is {Status, Body
 // (FHIR JSON, or a Binary's raw content), ContentType, ETag, LastModified,
@@ -61,7 +65,8 @@
 // its OperationOutcome and whose Err keeps the error. It routes read, vread,
 // search (GET, and POST _search with a form body), history, create (a non-JSON
 // POST to Binary stores it raw), update, patch (application/json-patch+json)
-// and delete; operations ($execute, $deploy, …) are not routed, so a bot's
+// and delete, and their conditional forms (If-None-Exist on a create; PUT,
+// PATCH and DELETE on "Type?query"); operations ($execute, $deploy, …) are not routed, so a bot's
 // call cannot start a bot. The types served from the FHIR definitions
 // (fhir/definitions: StructureDefinition, SearchParameter, ValueSet,
 // CodeSystem) are answered from them, read-only, for every caller. Bodies are
