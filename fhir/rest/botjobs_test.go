@@ -166,6 +166,15 @@ func TestAsyncExecution(t *testing.T) {
 		// before the bot's 30 s deadline.
 		status = submit(t, c, tb, "loop", "text/plain")
 		awaitActive(t, c, status)
+		// Active is written before the runner looks up the module: a cancel
+		// in between ends the job before any execution, with no audit.
+		// Wait for the execution itself (nothing else runs meanwhile).
+		for deadline := time.Now().Add(30 * time.Second); servertest.MetricValue(t, servertest.RuntimeRegistry(), "sandbot_bot_executions_in_flight") < 1; {
+			if time.Now().After(deadline) {
+				t.Fatal("the job's execution never started")
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
 		if r := c.Do("DELETE", status, nil, ""); r.Status != 202 || r.JSON()["id"] != "accepted" {
 			t.Fatalf("cancel: %d %s", r.Status, r.Body)
 		}

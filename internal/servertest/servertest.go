@@ -308,7 +308,12 @@ var (
 	runtimeOnce sync.Once
 	runtimeVal  *runtime.Runtime
 	runtimeErr  error
+	runtimeReg  = prometheus.NewRegistry()
 )
+
+// RuntimeRegistry holds the metrics of the runtime every test server of the
+// process shares (each Server's Registry has only its own metrics).
+func RuntimeRegistry() *prometheus.Registry { return runtimeReg }
 
 // sharedRuntime is one bot runtime for the whole test process: compiled
 // modules are reused across tests, and wazero's disk cache across runs.
@@ -318,7 +323,8 @@ func sharedRuntime(t testing.TB) *runtime.Runtime {
 			CacheDir: filepath.Join(os.TempDir(), "sandbot-test-wasm-cache"),
 			// Tests run a project's bots several at a time; admission has
 			// its own tests (runtime, cmd/sandbot's TestHostileBots).
-			Limits: limits.Limits{ExecutionMemoryBytes: 1 << 40},
+			Limits:     limits.Limits{ExecutionMemoryBytes: 1 << 40},
+			Registerer: runtimeReg,
 		})
 	})
 	if runtimeErr != nil {
