@@ -118,9 +118,14 @@ func (s *Store) pageQuery(ctx context.Context, b *builder, req *fhir.SearchReque
 	if byTime && len(drivers) == 1 && streams(req.Filters[drivers[0]]) && len(b.projects) == 1 {
 		pick = drivers[0]
 	} else if len(drivers) > 0 {
+		// Each count is bounded by the fewest rows found so far: once
+		// family:exact=… has 10 rows, gender=female reads at most 10.
 		best, bestN := -1, rareLimit
 		for _, i := range drivers {
-			n, err := s.boundedCount(ctx, b, req.Filters[i])
+			if bestN == 0 {
+				break
+			}
+			n, err := s.boundedCount(ctx, b, req.Filters[i], bestN)
 			if err != nil {
 				return "", nil, err
 			}
@@ -160,7 +165,8 @@ func (s *Store) pageQuery(ctx context.Context, b *builder, req *fhir.SearchReque
 		if sys, ok := tokenSystem(f, v); ok {
 			sqlText += ` AND i.system = ?`
 			args = append(args, sys)
-		} else {
+		} else if !f.Param.Single {
+			// (A single-valued parameter has one row per resource.)
 			// A value under two systems is two rows of one resource: the
 			// resource is listed once, by the row of the first system.
 			sqlText += ` AND NOT EXISTS (SELECT 1 FROM search_token j WHERE j.resource_id = i.resource_id AND j.code = i.code AND j.value = i.value AND j.system < i.system)`
@@ -213,9 +219,13 @@ func (s *Store) sortWalk(ctx context.Context, b *builder, req *fhir.SearchReques
 		valued += ` AND s.project_id IN (` + placeholders(len(b.projects)) + `)`
 		args = append(args, b.projects...)
 	}
-	valued += ` AND NOT EXISTS (SELECT 1 FROM ` + table + ` j WHERE j.resource_id = s.resource_id AND j.code = s.code
-			AND (j.` + key + ` ` + cmp + ` s.` + key + ` OR j.` + key + ` = s.` + key + ` AND j.` + tie + ` ` + cmp + ` s.` + tie + `))
-		AND ` + others.sql
+	if !rule.Param.Single {
+		// A single-valued parameter has one row per resource: nothing to
+		// keep out, and no probe per row read.
+		valued += ` AND NOT EXISTS (SELECT 1 FROM ` + table + ` j WHERE j.resource_id = s.resource_id AND j.code = s.code
+			AND (j.` + key + ` ` + cmp + ` s.` + key + ` OR j.` + key + ` = s.` + key + ` AND j.` + tie + ` ` + cmp + ` s.` + tie + `))`
+	}
+	valued += ` AND ` + others.sql
 	args = append(args, others.args...)
 	var rows []row
 	want := req.Count + 1
@@ -295,13 +305,36 @@ func tokenSystem(f fhir.Filter, v fhir.FilterValue) (string, bool) {
 	return v.System, v.HasSystem
 }
 
-// boundedCount counts a filter's index rows up to rareLimit (index-only).
-func (s *Store) boundedCount(ctx context.Context, b *builder, f fhir.Filter) (int, error) {
+// boundedCount counts a filter's index rows up to limit: a Counted
+// parameter's from value_counts (its rows are its resources), any other's
+// by an index-only COUNT over a LIMIT.
+func (s *Store) boundedCount(ctx context.Context, b *builder, f fhir.Filter, limit int) (int, error) {
+	if vals, ok := countedValues(f); ok {
+		n, err := s.valueCount(ctx, b, f, vals)
+		return min(n, limit), err
+	}
 	src := b.indexRows(f)
 	var n int
-	err := sqlx.GetContext(ctx, s.q, &n, s.rebind(`SELECT COUNT(*) FROM (SELECT 1 FROM `+src.sql+` LIMIT ?) t`), append(src.args, rareLimit)...)
+	err := sqlx.GetContext(ctx, s.q, &n, s.rebind(`SELECT COUNT(*) FROM (SELECT 1 FROM `+src.sql+` LIMIT ?) t`), append(src.args, limit)...)
 	if err != nil {
 		return 0, fmt.Errorf("search estimate: %w", err)
+	}
+	return n, nil
+}
+
+// valueCount is the number of live resources with one of vals for a
+// Counted parameter, kept as they are written (value_counts, migration
+// 0006).
+func (s *Store) valueCount(ctx context.Context, b *builder, f fhir.Filter, vals []any) (int, error) {
+	q := `SELECT COALESCE(SUM(c.n), 0) FROM value_counts c WHERE c.resource_type = ? AND c.code = ? AND c.value IN (` + placeholders(len(vals)) + `)`
+	args := append([]any{b.typ, f.Param.Code}, vals...)
+	if b.projects != nil {
+		q += ` AND c.project_id IN (` + placeholders(len(b.projects)) + `)`
+		args = append(args, b.projects...)
+	}
+	var n int
+	if err := sqlx.GetContext(ctx, s.q, &n, s.rebind(q), args...); err != nil {
+		return 0, fmt.Errorf("search count: %w", err)
 	}
 	return n, nil
 }
@@ -342,14 +375,7 @@ func (s *Store) count(ctx context.Context, b *builder, req *fhir.SearchRequest, 
 				negated = f.Values[0].Raw == "true"
 			}
 			if vals, ok := countedValues(f); ok {
-				// Kept as they are written (value_counts, migration 0006).
-				q := `SELECT COALESCE(SUM(c.n), 0) FROM value_counts c WHERE c.resource_type = ? AND c.code = ? AND c.value IN (` + placeholders(len(vals)) + `)`
-				args := append([]any{b.typ, f.Param.Code}, vals...)
-				if b.projects != nil {
-					q += ` AND c.project_id IN (` + placeholders(len(b.projects)) + `)`
-					args = append(args, b.projects...)
-				}
-				n, err := get(q, args)
+				n, err := s.valueCount(ctx, b, f, vals)
 				if err != nil || !negated {
 					return n, err
 				}

@@ -45,6 +45,7 @@ func Run(t *testing.T, newStore func(t *testing.T) store.Store) {
 		{"SearchSortByParameter", testSearchSortByParameter},
 		{"SearchFilterExpressions", testSearchFilterExpressions},
 		{"SearchShapesAgree", testSearchShapesAgree},
+		{"SearchSingleValuedShapes", testSearchSingleValuedShapes},
 		{"TotalsFollowWrites", testTotalsFollowWrites},
 		{"JobQueue", testJobQueue},
 		{"JobClaimsConcurrent", testJobClaimsConcurrent},
