@@ -180,7 +180,8 @@ var ChangeTypes = map[string]bool{
 
 // IsUnavailable reports whether err says that the database could not be
 // reached or went away (refused or reset connection, a server shutting down,
-// starting up or out of connections): the request may succeed if retried
+// starting up or out of connections), or aborted this transaction to break
+// a deadlock: the request may succeed if retried
 // later, so it is a 503, not a 500.
 func IsUnavailable(err error) bool {
 	if err == nil {
@@ -194,8 +195,13 @@ func IsUnavailable(err error) bool {
 	if errors.As(err, &state) {
 		code := state.SQLState()
 		// 08: connection exception; 57P01-03: admin shutdown, crash
-		// shutdown, cannot connect now; 53300: too many connections.
-		return strings.HasPrefix(code, "08") || code == "57P01" || code == "57P02" || code == "57P03" || code == "53300"
+		// shutdown, cannot connect now; 53300: too many connections;
+		// 40P01, 40001: a deadlock or serialization failure broken by
+		// aborting this transaction (two transaction Bundles taking
+		// conditional locks in opposite orders): nothing was written, and
+		// the same request may well succeed when sent again.
+		return strings.HasPrefix(code, "08") || code == "57P01" || code == "57P02" || code == "57P03" || code == "53300" ||
+			code == "40P01" || code == "40001"
 	}
 	var op *net.OpError
 	var dns *net.DNSError

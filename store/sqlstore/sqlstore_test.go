@@ -355,3 +355,54 @@ func TestReindexAtStart(t *testing.T) {
 		})
 	}
 }
+
+// TestDeadlockIsUnavailable: PostgreSQL breaks a deadlock (two transactions
+// taking the same two locks in opposite orders, as two transaction Bundles
+// with conditional entries on two types can) by aborting one; that
+// transaction wrote nothing and may be sent again, so the error is
+// store.IsUnavailable (a 503 with Retry-After), not a 500.
+func TestDeadlockIsUnavailable(t *testing.T) {
+	for _, b := range storetest.Backends(t) {
+		if b.Name != "postgres" {
+			continue
+		}
+		s := openStore(t, b.NewURL(t))
+		ctx := context.Background()
+		var both sync.WaitGroup
+		both.Add(2)
+		errs := make([]error, 2)
+		done := make(chan struct{}, 2)
+		for i, keys := range [][2]string{{"a", "b"}, {"b", "a"}} {
+			go func() {
+				errs[i] = s.InTx(ctx, func(tx store.Store) error {
+					if err := tx.Lock(ctx, keys[0]); err != nil {
+						return err
+					}
+					both.Done()
+					both.Wait() // each holds its first lock
+					return tx.Lock(ctx, keys[1])
+				})
+				done <- struct{}{}
+			}()
+		}
+		for range 2 {
+			select {
+			case <-done:
+			case <-time.After(30 * time.Second):
+				t.Fatal("the deadlock was not broken")
+			}
+		}
+		failed := 0
+		for _, err := range errs {
+			if err != nil {
+				failed++
+				if !store.IsUnavailable(err) {
+					t.Errorf("a deadlock's error is not IsUnavailable: %v", err)
+				}
+			}
+		}
+		if failed != 1 {
+			t.Fatalf("want one transaction aborted, got %v", errs)
+		}
+	}
+}
