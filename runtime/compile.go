@@ -83,8 +83,9 @@ func engineConfig(cache wazero.CompilationCache) wazero.RuntimeConfig {
 		// JavaScript engine, is instrumented with fuel (wasmrewrite.go),
 		// whose yields stop an execution past its deadline whatever the
 		// shape of its code. wazero's check, compiled into every loop
-		// header, made a tight loop about 20 times slower (26 ns an
-		// iteration instead of 1.4) and QuickJS about 3 times.
+		// header, made a tight loop over 10 times slower (26 ns an
+		// iteration instead of 2.1-2.4 with fuel alone) and QuickJS about
+		// 2-3 times (runtime/RATIONALE.md, "Fuel").
 		WithCloseOnContextDone(false).
 		// The engine allows the whole wasm32 space: the limit is enforced
 		// by the allocator (guestMemory), so that every grow past it, of any

@@ -181,8 +181,8 @@ var ChangeTypes = map[string]bool{
 // IsUnavailable reports whether err says that the database could not be
 // reached or went away (refused or reset connection, a server shutting down,
 // starting up or out of connections), or aborted this transaction to break
-// a deadlock: the request may succeed if retried
-// later, so it is a 503, not a 500.
+// a deadlock: the request may succeed if retried later, so it is a 503, not
+// a 500.
 func IsUnavailable(err error) bool {
 	if err == nil {
 		return false

@@ -17,15 +17,22 @@ var respondAsync = map[string]string{"Prefer": "respond-async"}
 // API (so that its FHIR calls may write) and deploys wasm to it.
 func memberBot(t *testing.T, c *servertest.Client, name string, wasm []byte) string {
 	t.Helper()
-	r := c.Do("POST", "admin/projects/"+c.ProjectID+"/bot", map[string]any{"name": name}, "application/json")
-	if r.Status != 201 {
-		t.Fatalf("create bot: %d %s", r.Status, r.Body)
-	}
-	id := r.JSON()["id"].(string)
+	id := createMemberBot(t, c, map[string]any{"name": name})
 	if r := c.Do("POST", "fhir/R4/Bot/"+id+"/$deploy", wasm, "application/wasm"); r.Status != 200 {
 		t.Fatalf("deploy: %d %s", r.Status, r.Body)
 	}
 	return id
+}
+
+// createMemberBot creates a Bot through the admin API, which gives it a
+// project membership of its own, and answers its id.
+func createMemberBot(t *testing.T, c *servertest.Client, bot map[string]any) string {
+	t.Helper()
+	r := c.Do("POST", "admin/projects/"+c.ProjectID+"/bot", bot, "application/json")
+	if r.Status != 201 {
+		t.Fatalf("create bot: %d %s", r.Status, r.Body)
+	}
+	return r.JSON()["id"].(string)
 }
 
 // submit posts an asynchronous $execute and checks the 202: Content-Location

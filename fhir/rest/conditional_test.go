@@ -7,8 +7,6 @@ import (
 	"io"
 	"net/http"
 	"net/url"
-	"os"
-	"strings"
 	"sync"
 	"testing"
 
@@ -379,12 +377,6 @@ func entryStatuses(t *testing.T, r *servertest.Response) []string {
 func TestConditionalFromJSBot(t *testing.T) {
 	servertest.ForEachBackend(t, func(t *testing.T, s *servertest.Server) {
 		c := s.NewProject(t, "cbot")
-		// Bots created through the admin API get their own membership.
-		r := c.Do("POST", "admin/projects/"+c.ProjectID+"/bot", map[string]any{"name": "conditional", "runtimeVersion": "vmcontext"}, "application/json")
-		if r.Status != 201 && r.Status != 200 {
-			t.Fatalf("create bot: %d %s", r.Status, r.Body)
-		}
-		bot := r.JSON()["id"].(string)
 		code := `exports.handler = async (medplum) => {
   const p = { resourceType: 'Patient', identifier: [{ system: 'urn:cbot', value: '1' }] };
   const a = await medplum.createResourceIfNoneExist(p, 'identifier=urn:cbot|1');
@@ -393,14 +385,8 @@ func TestConditionalFromJSBot(t *testing.T) {
   const n = await medplum.upsertResource({ resourceType: 'Patient', identifier: [{ system: 'urn:cbot', value: '2' }] }, { identifier: 'urn:cbot|2' });
   return { same: a.id === b.id && b.id === u.id, gender: u.gender, created: n.id !== a.id };
 };`
-		dr := c.Do("POST", "fhir/R4/Bot/"+bot+"/$deploy", map[string]any{"code": code, "filename": "conditional.js"}, "")
-		if dr.Status == 400 && strings.Contains(dr.Issue(), "make js") && os.Getenv("CI") == "" {
-			t.Skip("JavaScript engine not fetched (make js)")
-		}
-		if dr.Status != 200 {
-			t.Fatalf("deploy: %d %s", dr.Status, dr.Body)
-		}
-		r = c.Do("POST", "fhir/R4/Bot/"+bot+"/$execute", `{}`, "application/json")
+		bot := memberJSBot(t, c, "conditional", code)
+		r := c.Do("POST", "fhir/R4/Bot/"+bot+"/$execute", `{}`, "application/json")
 		if r.Status != 200 || string(r.Body) != `{"same":true,"gender":"female","created":true}` {
 			t.Fatalf("bot: %d %s", r.Status, r.Body)
 		}

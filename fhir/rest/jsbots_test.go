@@ -24,6 +24,24 @@ func deployJS(t *testing.T, c *servertest.Client, name, code string, extra map[s
 		bot[k] = v
 	}
 	id := c.Create(bot)["id"].(string)
+	deployJSCode(t, c, id, name, code)
+	return id
+}
+
+// memberJSBot creates a JavaScript Bot through the admin API, which gives it
+// a membership of its own (its MedplumClient then acts as the bot), and
+// deploys code to it.
+func memberJSBot(t *testing.T, c *servertest.Client, name, code string) string {
+	t.Helper()
+	id := createMemberBot(t, c, map[string]any{"name": name, "runtimeVersion": "vmcontext"})
+	deployJSCode(t, c, id, name, code)
+	return id
+}
+
+// deployJSCode deploys code to the Bot id, skipping the test when the
+// engine was not fetched (outside CI).
+func deployJSCode(t *testing.T, c *servertest.Client, id, name, code string) {
+	t.Helper()
 	r := c.Do("POST", "fhir/R4/Bot/"+id+"/$deploy", map[string]any{"code": code, "filename": name + ".js"}, "")
 	if r.Status == 400 && strings.Contains(r.Issue(), "make js") && os.Getenv("CI") == "" {
 		t.Skip("JavaScript engine not fetched (make js)")
@@ -31,7 +49,6 @@ func deployJS(t *testing.T, c *servertest.Client, name, code string, extra map[s
 	if r.Status != 200 {
 		t.Fatalf("deploy %s: %d %s", name, r.Status, r.Body)
 	}
-	return id
 }
 
 func TestJSBotDeployAndExecute(t *testing.T) {
@@ -157,12 +174,6 @@ func mustJSON(v any) []byte {
 func TestJSBotUsesMedplum(t *testing.T) {
 	servertest.ForEachBackend(t, func(t *testing.T, s *servertest.Server) {
 		c := s.NewProject(t, "jsmedplum")
-		// Bots created through the admin API get their own membership.
-		r := c.Do("POST", "admin/projects/"+c.ProjectID+"/bot", map[string]any{"name": "patients", "runtimeVersion": "vmcontext"}, "application/json")
-		if r.Status != 201 && r.Status != 200 {
-			t.Fatalf("create bot: %d %s", r.Status, r.Body)
-		}
-		id := r.JSON()["id"].(string)
 		code := `const { createReference, getReferenceString } = require('@medplum/core');
 exports.handler = async function handler(medplum, event) {
   const patient = await medplum.createResource({ resourceType: 'Patient', name: [{ given: ['Ada'], family: event.input.family }] });
@@ -171,14 +182,8 @@ exports.handler = async function handler(medplum, event) {
   try { await fetch('https://example.com/'); } catch (err) { refused = err.message; }
   return { ref: getReferenceString(patient), display: createReference(patient).reference, found: found.length, refused };
 };`
-		dr := c.Do("POST", "fhir/R4/Bot/"+id+"/$deploy", map[string]any{"code": code, "filename": "patients.js"}, "")
-		if dr.Status == 400 && strings.Contains(dr.Issue(), "make js") && os.Getenv("CI") == "" {
-			t.Skip("JavaScript engine not fetched (make js)")
-		}
-		if dr.Status != 200 {
-			t.Fatalf("deploy: %d %s", dr.Status, dr.Body)
-		}
-		r = c.Do("POST", "fhir/R4/Bot/"+id+"/$execute", `{"family":"Lovelace"}`, "application/json")
+		id := memberJSBot(t, c, "patients", code)
+		r := c.Do("POST", "fhir/R4/Bot/"+id+"/$execute", `{"family":"Lovelace"}`, "application/json")
 		var out struct {
 			Ref, Display, Refused string
 			Found                 int
