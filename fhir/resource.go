@@ -28,6 +28,21 @@ type Meta struct {
 	Author      Reference
 }
 
+// Record is one stored version of a resource, as the store answers it.
+type Record struct {
+	ResourceType string
+	ID           string
+	VersionID    string
+	LastUpdated  time.Time
+	Project      string
+	Deleted      bool
+	// JSON is the resource as stored, meta included; nil for a deletion.
+	JSON []byte
+}
+
+// Resource decodes the record.
+func (r *Record) Resource() (Resource, error) { return ParseResource(r.JSON) }
+
 // TimeFormat is how instants are written (FHIR instant, millisecond precision, UTC).
 const TimeFormat = "2006-01-02T15:04:05.000Z"
 

@@ -9,31 +9,16 @@ package store
 
 import (
 	"context"
-	"database/sql"
-	"database/sql/driver"
 	"errors"
-	"net"
-	"strings"
-	"syscall"
 	"time"
 
 	"github.com/sandbot/sandbot/fhir"
+	"github.com/sandbot/sandbot/internal/outage"
 )
 
-// Record is one stored version of a resource.
-type Record struct {
-	ResourceType string
-	ID           string
-	VersionID    string
-	LastUpdated  time.Time
-	Project      string
-	Deleted      bool
-	// JSON is the resource as stored, meta included; nil for a deletion.
-	JSON []byte
-}
-
-// Resource decodes the record.
-func (r *Record) Resource() (fhir.Resource, error) { return fhir.ParseResource(r.JSON) }
+// Record is one stored version of a resource (fhir.Record: the domain's
+// type, so that packages above the services need not import the store).
+type Record = fhir.Record
 
 // Scope is the set of projects an operation may see. A resource outside it
 // does not exist for the caller (fhir.ENotFound), never fhir.EForbidden.
@@ -179,34 +164,10 @@ var ChangeTypes = map[string]bool{
 }
 
 // IsUnavailable reports whether err says that the database could not be
-// reached or went away (refused or reset connection, a server shutting down,
-// starting up or out of connections), or aborted this transaction to break
-// a deadlock: the request may succeed if retried later, so it is a 503, not
-// a 500.
-func IsUnavailable(err error) bool {
-	if err == nil {
-		return false
-	}
-	if errors.Is(err, driver.ErrBadConn) || errors.Is(err, sql.ErrConnDone) ||
-		errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE) {
-		return true
-	}
-	var state interface{ SQLState() string }
-	if errors.As(err, &state) {
-		code := state.SQLState()
-		// 08: connection exception; 57P01-03: admin shutdown, crash
-		// shutdown, cannot connect now; 53300: too many connections;
-		// 40P01, 40001: a deadlock or serialization failure broken by
-		// aborting this transaction (two transaction Bundles taking
-		// conditional locks in opposite orders): nothing was written, and
-		// the same request may well succeed when sent again.
-		return strings.HasPrefix(code, "08") || code == "57P01" || code == "57P02" || code == "57P03" || code == "53300" ||
-			code == "40P01" || code == "40001"
-	}
-	var op *net.OpError
-	var dns *net.DNSError
-	return errors.As(err, &op) || errors.As(err, &dns)
-}
+// reached or went away, or aborted this transaction to break a deadlock: the
+// request may succeed if retried later, so it is a 503, not a 500
+// (outage.Is, where the classification lives).
+func IsUnavailable(err error) bool { return outage.Is(err) }
 
 // SearchResources runs a search given as a query string ("name=x&_count=5")
 // and decodes what it finds: for use-cases that look resources up.

@@ -25,7 +25,7 @@ import (
 
 	"github.com/sandbot/sandbot/fhir"
 	"github.com/sandbot/sandbot/internal/mediatype"
-	"github.com/sandbot/sandbot/store"
+	"github.com/sandbot/sandbot/internal/outage"
 )
 
 // FHIRJSON is the content type of FHIR answers.
@@ -66,13 +66,13 @@ func traceIDOf(r *http.Request) string {
 const RetryAfterUnavailable = "2"
 
 // WriteError answers err. An *fhir.Error becomes its status and outcome; a
-// connection-level failure of the store (store.IsUnavailable: the database
+// connection-level failure of the store (outage.Is: the database
 // refused, dropped or is restarting) is a 503 with Retry-After, since the
 // same request may succeed in a moment; any other error is logged and
 // answered with a generic 500 that carries only the request id.
 func WriteError(w http.ResponseWriter, r *http.Request, log *slog.Logger, err error) {
 	code := fhir.ErrorCodeOf(err)
-	if code == fhir.EInternal && store.IsUnavailable(err) {
+	if code == fhir.EInternal && outage.Is(err) {
 		log.WarnContext(r.Context(), "store unavailable", "request_id", RequestID(r.Context()), "method", r.Method, "path", r.URL.Path, "err", err)
 		err, code = fhir.ErrUnavailable, fhir.EUnavailable
 	}
