@@ -1,15 +1,14 @@
 // Package store defines sandbot's storage contract: versioned FHIR resources
 // walled into projects, their search index, a small key-value space for
 // server secrets, the change feed that tells every process (replica) on the
-// database what changed, counters they share, and the queue of background
-// jobs they all draw from. The one implementation lives in store/sqlstore
-// (PostgreSQL and SQLite); store/storetest is the conformance suite every
-// backend passes.
+// database what changed, and counters they share. The one implementation
+// lives in store/sqlstore (PostgreSQL and SQLite), which also holds River's
+// tables and driver for the background jobs (internal/services/jobs);
+// store/storetest is the conformance suite every backend passes.
 package store
 
 import (
 	"context"
-	"errors"
 	"time"
 
 	"github.com/sandbot/sandbot/fhir"
@@ -129,9 +128,6 @@ type Store interface {
 	// database shares the counters (the auth rate limit holds across
 	// replicas).
 	CountHit(ctx context.Context, key string, window time.Duration) (hits int64, ends time.Time, err error)
-	// Jobs is the queue of background work (asynchronous bot executions)
-	// that every server process draws from.
-	Jobs
 	// Ping checks that the store answers.
 	Ping(ctx context.Context) error
 	// Close releases the store.
@@ -189,61 +185,4 @@ func SearchResources(ctx context.Context, s Store, scope Scope, resourceType, qu
 		out = append(out, r)
 	}
 	return out, nil
-}
-
-// Job is one unit of background work in the store's queue, from the moment
-// it is enqueued until its runner finishes or cancels it; its visible state
-// (the AsyncJob of the same id) is a resource, written by whoever runs it.
-// A job is either waiting (not yet claimed, or released) or claimed by one
-// runner until its lease ends; a claim whose lease ended without renewal
-// (its process died) is claimed again by the next runner that asks.
-type Job struct {
-	// ID is the job's id (its AsyncJob's).
-	ID      string
-	Project string
-	// Kind tells the runner what to do with Payload.
-	Kind    string
-	Payload []byte
-	// Attempts counts the claims of the job, this one included.
-	Attempts int
-	// Claim identifies the current claim: renewing, releasing and finishing
-	// a job take it, and fail with ErrJobLost once the job is no longer
-	// claimed by it (cancelled, or claimed again after its lease ended).
-	Claim string
-	// Created is when the job was enqueued.
-	Created time.Time
-}
-
-// ErrJobLost says that a job is no longer held by the claim that asked: it
-// was cancelled (deleted), or its lease ended and another runner claimed it.
-var ErrJobLost = errors.New("store: the job is no longer held by this claim")
-
-// Jobs is the job queue's part of the storage contract. Claims are atomic
-// across processes (PostgreSQL: FOR UPDATE SKIP LOCKED; SQLite: one UPDATE
-// under the database's write lock): a job is held by at most one claim at a
-// time.
-type Jobs interface {
-	// EnqueueJob adds a waiting job (j.Claim and j.Attempts are ignored),
-	// inside the transaction that creates its AsyncJob.
-	EnqueueJob(ctx context.Context, j Job) error
-	// ClaimJob claims the job that has waited longest among those that are
-	// waiting and due, or whose claim's lease has ended, for lease: nil
-	// when there is none.
-	ClaimJob(ctx context.Context, lease time.Duration) (*Job, error)
-	// RenewJob extends the claim's lease to lease from now.
-	RenewJob(ctx context.Context, id, claim string, lease time.Duration) error
-	// ReleaseJob gives a claimed job back to the queue, to be claimed again
-	// after delay; uncount takes this claim off its attempts (it was
-	// interrupted before it could run, or by a shutdown).
-	ReleaseJob(ctx context.Context, id, claim string, delay time.Duration, uncount bool) error
-	// FinishJob removes a claimed job from the queue, inside the
-	// transaction that writes its outcome: the outcome of a claim that was
-	// lost is never written.
-	FinishJob(ctx context.Context, id, claim string) error
-	// CancelJob removes a job whether it waits or is claimed; false when it
-	// was not in the queue (finished, or never enqueued).
-	CancelJob(ctx context.Context, id string) (bool, error)
-	// JobCount is the number of jobs of project in the queue (waiting or
-	// claimed).
-	JobCount(ctx context.Context, project string) (int, error)
 }

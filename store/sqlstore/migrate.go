@@ -55,8 +55,8 @@ func (s *Store) migrations() ([]migration, error) {
 	return out, nil
 }
 
-// Migrate applies pending migrations, each in its own transaction, then
-// rebuilds the search index if it was written under another version of the
+// Migrate applies pending migrations, each in its own transaction, and
+// River's (river.go), then rebuilds the search index if it was written under another version of the
 // parameter table (reindexAll), under the same lock.
 func (s *Store) Migrate(ctx context.Context) error {
 	ms, err := s.migrations()
@@ -111,6 +111,9 @@ func (s *Store) Migrate(ctx context.Context) error {
 			return fmt.Errorf("migration %s: %w", m.name, err)
 		}
 		s.log.Info("applied migration", "dialect", s.dialect, "migration", m.name)
+	}
+	if err := s.migrateRiver(ctx); err != nil {
+		return err
 	}
 	return s.reindexAll(ctx, s.db)
 }

@@ -62,6 +62,11 @@ type Store struct {
 	rateSwept *atomic.Int64
 	// stopOptimizer ends the SQLite statistics loop (nil for PostgreSQL).
 	stopOptimizer func()
+	// url is the database URL Open was given (River's listener connects to
+	// it on PostgreSQL).
+	url string
+	// river is the River driver over the pool (river.go).
+	river *riverState
 }
 
 // optimizeInterval is how often SQLite refreshes its planner statistics.
@@ -175,7 +180,8 @@ func Open(ctx context.Context, databaseURL string, opts Options) (*Store, error)
 		db.SetMaxOpenConns(16)
 		db.SetMaxIdleConns(16)
 	}
-	s := &Store{db: db, dialect: dialect, q: db, log: log, now: time.Now, prepared: &preparedStmts{}, rateSwept: new(atomic.Int64)}
+	s := &Store{db: db, dialect: dialect, q: db, log: log, now: time.Now, prepared: &preparedStmts{}, rateSwept: new(atomic.Int64),
+		url: databaseURL, river: &riverState{}}
 	s.feed = &changeFeed{store: s, url: databaseURL, poll: opts.ChangePollInterval, log: log, metrics: newFeedMetrics(opts.Registerer)}
 	pingCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
@@ -258,6 +264,7 @@ func (s *Store) Ping(ctx context.Context) error { return s.db.PingContext(ctx) }
 // Close closes the pool.
 func (s *Store) Close() error {
 	s.feed.close()
+	s.river.close()
 	if s.stopOptimizer != nil {
 		s.stopOptimizer()
 	}

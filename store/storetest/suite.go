@@ -47,8 +47,6 @@ func Run(t *testing.T, newStore func(t *testing.T) store.Store) {
 		{"SearchShapesAgree", testSearchShapesAgree},
 		{"SearchSingleValuedShapes", testSearchSingleValuedShapes},
 		{"TotalsFollowWrites", testTotalsFollowWrites},
-		{"JobQueue", testJobQueue},
-		{"JobClaimsConcurrent", testJobClaimsConcurrent},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) { tc.fn(t, newStore(t)) })
