@@ -109,10 +109,11 @@ type Limits struct {
 	// JobQueue is how many asynchronous executions of one project may wait
 	// or run at once; beyond it $execute with respond-async answers 429.
 	JobQueue int64
-	// JobLeaseSeconds is how long a process's claim on a job lasts without
-	// renewal (it renews every second while the job runs): a job whose
-	// process died runs again elsewhere this long after.
-	JobLeaseSeconds int64
+	// JobRescueSeconds is how long after it started a running job is taken
+	// for lost (its process died) and run again by any process. A job's
+	// work ends at nine tenths of it, so it must exceed the longest bot
+	// timeout (BotMaxTimeout) and a compilation.
+	JobRescueSeconds int64
 
 	// GraphQLDepth, GraphQLSelections and GraphQLReads bound one $graphql
 	// query: how deeply its selections nest (the standard introspection
@@ -176,9 +177,9 @@ func Default() Limits {
 		GraphQLSelections: 10_000,
 		GraphQLReads:      1000,
 
-		JobWorkers:      4,
-		JobQueue:        1000,
-		JobLeaseSeconds: 30,
+		JobWorkers:       4,
+		JobQueue:         1000,
+		JobRescueSeconds: 1020,
 
 		AuthRequestsPerMinute: 160, // the reference's strict auth limit
 		AuthBodyBytes:         64 << 10,
@@ -232,7 +233,7 @@ func (l Limits) WithDefaults() Limits {
 	set(&l.GraphQLReads, d.GraphQLReads)
 	set(&l.JobWorkers, d.JobWorkers)
 	set(&l.JobQueue, d.JobQueue)
-	set(&l.JobLeaseSeconds, d.JobLeaseSeconds)
+	set(&l.JobRescueSeconds, d.JobRescueSeconds)
 	set(&l.AuthRequestsPerMinute, d.AuthRequestsPerMinute)
 	set(&l.AuthBodyBytes, d.AuthBodyBytes)
 	return l
@@ -309,8 +310,8 @@ func Settings() []Setting {
 			Min: 1, Max: 1024, Field: func(l *Limits) *int64 { return &l.JobWorkers }},
 		{Env: "SANDBOT_JOB_QUEUE", Flag: "job-queue", Usage: "asynchronous bot executions one project may have waiting or running (more: 429)",
 			Min: 1, Max: 1 << 20, Field: func(l *Limits) *int64 { return &l.JobQueue }},
-		{Env: "SANDBOT_JOB_LEASE_SECONDS", Flag: "job-lease-seconds", Usage: "how long a job claimed by a process that died waits before another runs it",
-			Min: 3, Max: 3600, Field: func(l *Limits) *int64 { return &l.JobLeaseSeconds }},
+		{Env: "SANDBOT_JOB_RESCUE_SECONDS", Flag: "job-rescue-seconds", Usage: "how long after it started a job whose process died is run again (a job's work ends at nine tenths of it)",
+			Min: 2, Max: 86400, Field: func(l *Limits) *int64 { return &l.JobRescueSeconds }},
 		{Env: "SANDBOT_AUTH_RATE_LIMIT", Flag: "auth-rate-limit", Usage: "requests per minute per client IP on /auth and /oauth2 (0: no limit)",
 			Min: 0, Max: 1 << 30, ZeroIsOff: true, Field: func(l *Limits) *int64 { return &l.AuthRequestsPerMinute }},
 	}

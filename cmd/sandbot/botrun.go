@@ -17,12 +17,14 @@ import (
 	"strings"
 	"time"
 
+	"github.com/sandbot/sandbot/fhir"
+	"github.com/sandbot/sandbot/internal/services/bots"
 	"github.com/sandbot/sandbot/limits"
 	"github.com/sandbot/sandbot/runtime"
 )
 
 const botRunUsage = `Usage: sandbot bot run <module.wasm|bot.js> [--content-type TYPE] [--input FILE|-]
-                     [--fhir-base URL [--token TOKEN]] [limit flags]
+                     [--fhir-base URL [--token TOKEN]] [--audit] [limit flags]
 
 Runs a bot once, locally, as $execute would: a WebAssembly module, or a
 JavaScript bot (a .js, .cjs or .mjs file, run as a Bot with runtimeVersion
@@ -46,7 +48,10 @@ answered with status 501, or, with --fhir-base, sent to that FHIR base URL
 (e.g. http://localhost:8103/fhir/R4/) with --token (or SANDBOT_TOKEN) as the
 bearer token.
 
-The bot runs under the server's limits: the SANDBOT_* limit variables and
+With --audit, the execution's AuditEvent, as the server would store it, is
+printed on stderr after the run, on a line beginning "[audit] ".
+
+The bot runs through the server's execution path and under its limits: the SANDBOT_* limit variables and
 flags of "sandbot serve" (--max-module-bytes, --bot-memory-bytes,
 --bot-output-bytes, --bot-log-bytes) apply here too, and the timeout is the
 default Bot timeout.
@@ -60,7 +65,7 @@ func runBotCommand(ctx context.Context, args []string, stdin io.Reader, stdout, 
 	}
 	var modulePath, contentType, inputPath, fhirBase string
 	token := os.Getenv("SANDBOT_TOKEN")
-	hasInput := false
+	hasInput, audit := false, false
 	// The limits come from the same variables and flags as serve's.
 	var lim limits.Limits
 	limitSet := flag.NewFlagSet("sandbot bot run", flag.ContinueOnError)
@@ -87,6 +92,9 @@ func runBotCommand(ctx context.Context, args []string, stdin io.Reader, stdout, 
 			continue
 		}
 		switch name {
+		case "audit":
+			audit = true
+			continue
 		case "h", "help":
 			fmt.Fprint(stdout, botRunUsage)
 			return 0
@@ -144,11 +152,15 @@ func runBotCommand(ctx context.Context, args []string, stdin io.Reader, stdout, 
 			return 2
 		}
 	}
-	event, err := botEvent(filepath.Base(modulePath), contentType, body, hasInput)
+	if contentType == "" {
+		contentType = runtime.MediaJSON
+	}
+	mediaType, _, err := mime.ParseMediaType(contentType)
 	if err != nil {
-		fmt.Fprintf(stderr, "sandbot bot run: %v\n", err)
+		fmt.Fprintf(stderr, "sandbot bot run: content type %q: %v\n", contentType, err)
 		return 2
 	}
+	isJS := strings.Contains(".js.cjs.mjs", filepath.Ext(modulePath)) && filepath.Ext(modulePath) != ""
 
 	cfg := runtime.Config{Limits: lim}
 	var fhirCall func(context.Context, []byte) []byte
@@ -178,18 +190,36 @@ func runBotCommand(ctx context.Context, args []string, stdin io.Reader, stdout, 
 	}
 	defer rt.Close(context.WithoutCancel(ctx))
 
+	// The run goes through the bots service, as every execution does: the
+	// same event, limits, admission and AuditEvent (on stderr with --audit).
+	svcCfg := bots.Config{Runtime: rt, Limits: lim}
+	if audit {
+		svcCfg.AuditTo = func(ev fhir.Resource) {
+			b, _ := json.Marshal(ev)
+			fmt.Fprintf(stderr, "[audit] %s\n", b)
+		}
+	}
+	svc := bots.New(svcCfg)
+	defer svc.Close()
+	input := json.RawMessage("null")
+	if hasInput {
+		if input, err = svc.LocalInput(mediaType, body, isJS); err != nil {
+			fmt.Fprintf(stderr, "sandbot bot run: input: %v\n", err)
+			return 2
+		}
+	}
+
 	var mod *runtime.Module
-	switch filepath.Ext(modulePath) {
-	case ".js", ".cjs", ".mjs":
+	if isJS {
 		mod, err = rt.CompileJS(ctx, wasm, filepath.Base(modulePath))
-	default:
+	} else {
 		mod, err = rt.Compile(ctx, wasm)
 	}
 	if err != nil {
 		var me *runtime.ModuleError
 		if errors.As(err, &me) {
 			what := "module"
-			if mod == nil && strings.Contains(".js.cjs.mjs", filepath.Ext(modulePath)) && filepath.Ext(modulePath) != "" {
+			if isJS {
 				what = "bot code"
 			}
 			fmt.Fprintf(stderr, "sandbot bot run: invalid %s: %v\n", what, me)
@@ -198,7 +228,8 @@ func runBotCommand(ctx context.Context, args []string, stdin io.Reader, stdout, 
 		}
 		return 1
 	}
-	res, err := rt.Execute(ctx, mod, runtime.Execution{Event: event, FHIR: fhirCall})
+	res, err := svc.RunLocal(ctx, bots.Local{Module: mod, Name: filepath.Base(modulePath), MediaType: mediaType, Input: input,
+		Headers: map[string]string{"content-type": contentType}, TraceID: newUUID(), FHIR: fhirCall})
 	if res != nil {
 		levels := [...]string{"debug", "info", "warn", "error"}
 		for _, l := range res.Logs {
@@ -228,32 +259,6 @@ func runBotCommand(ctx context.Context, args []string, stdin io.Reader, stdout, 
 		return 1
 	}
 	return 0
-}
-
-// botEvent builds the ABI event for a local run.
-func botEvent(name, contentType string, body []byte, hasInput bool) ([]byte, error) {
-	if contentType == "" {
-		contentType = runtime.MediaJSON
-	}
-	mt, _, err := mime.ParseMediaType(contentType)
-	if err != nil {
-		return nil, fmt.Errorf("content type %q: %v", contentType, err)
-	}
-	ev := runtime.Event{
-		Bot:         runtime.Reference{Reference: "Bot/local", Display: name},
-		Requester:   runtime.Reference{Reference: "ClientApplication/local"},
-		ContentType: mt,
-		Input:       json.RawMessage("null"),
-		Secrets:     map[string]any{},
-		TraceID:     newUUID(),
-		Headers:     map[string]string{"content-type": contentType},
-	}
-	if hasInput {
-		if ev.Input, err = runtime.Input(mt, body); err != nil {
-			return nil, fmt.Errorf("input: %w", err)
-		}
-	}
-	return ev.JSON()
 }
 
 func envelopeJSON(e runtime.Envelope) ([]byte, error) {

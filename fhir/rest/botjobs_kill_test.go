@@ -36,9 +36,9 @@ func TestAsyncJobsSurviveKill(t *testing.T) {
 		t.Skip("builds and kills the binary")
 	}
 	bin := servertest.BuildBinary(t)
-	// One worker, so that the test knows which job runs when; a short lease,
-	// so that the job the dead process held is claimed again soon.
-	env := []string{"SANDBOT_JOB_WORKERS=1", "SANDBOT_JOB_LEASE_SECONDS=3"}
+	// One worker, so that the test knows which job runs when; a short rescue time,
+	// so that the job the dead process held is run again soon.
+	env := []string{"SANDBOT_JOB_WORKERS=1", "SANDBOT_JOB_RESCUE_SECONDS=3"}
 	for _, b := range storetest.Backends(t) {
 		t.Run(b.Name, func(t *testing.T) {
 			dataDir, dbURL := t.TempDir(), ""

@@ -57,7 +57,9 @@ func submit(t *testing.T, c *servertest.Client, bot string, body any, contentTyp
 // final AsyncJob.
 func awaitJob(t *testing.T, c *servertest.Client, status string) map[string]any {
 	t.Helper()
-	deadline := time.Now().Add(60 * time.Second)
+	// A job whose process was killed runs again once River's rescuer (every
+	// 30 s) has found it: allow for that.
+	deadline := time.Now().Add(120 * time.Second)
 	for {
 		r := c.Do("GET", status, nil, "")
 		switch r.Status {
@@ -71,7 +73,7 @@ func awaitJob(t *testing.T, c *servertest.Client, status string) map[string]any 
 			t.Fatalf("job status: %d %s", r.Status, r.Body)
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("job %s still pending after 60 s", status)
+			t.Fatalf("job %s still pending after 120 s", status)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}

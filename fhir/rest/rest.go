@@ -2,18 +2,18 @@
 // requests, hands the REST interactions (create, read, vread, update, patch,
 // delete, history, search) to the FHIR service (internal/fhirservice), which
 // decides everything about them, and encodes its answers. It also serves
-// metadata and the Bot operations ($deploy, $execute, synchronous or as an
-// asynchronous job of internal/jobs, with the job status endpoints), whose
-// bots call FHIR through the same service.
+// metadata, GraphQL, the definitions' operations, and the Bot operations
+// ($deploy, $execute, with the job status endpoints), which it hands to the
+// bots service (internal/services/bots) in the same way.
 package rest
 
 import (
+	"context"
 	"log/slog"
 	"net/http"
 	"strings"
 
 	"github.com/gorilla/mux"
-	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/sandbot/sandbot/fhir"
 	"github.com/sandbot/sandbot/fhir/definitions"
@@ -21,16 +21,13 @@ import (
 	"github.com/sandbot/sandbot/internal/fhirgraphql"
 	"github.com/sandbot/sandbot/internal/fhirservice"
 	"github.com/sandbot/sandbot/internal/httpx"
-	"github.com/sandbot/sandbot/internal/jobs"
 	"github.com/sandbot/sandbot/internal/principal"
+	"github.com/sandbot/sandbot/internal/services/bots"
 	"github.com/sandbot/sandbot/limits"
-	"github.com/sandbot/sandbot/runtime"
-	"github.com/sandbot/sandbot/store"
 )
 
 // Config configures the FHIR API.
 type Config struct {
-	Store store.Store
 	// FHIR is the service every interaction goes through.
 	FHIR *fhirservice.Service
 	// GraphQL answers $graphql; nil answers it 404.
@@ -39,33 +36,29 @@ type Config struct {
 	// BaseURL is the server's public base URL, ending in "/".
 	BaseURL string
 	Log     *slog.Logger
-	// Limits bound request bodies (JSON, text, raw Binary and modules) and
-	// the execution log kept in AuditEvents; zero fields take the defaults.
-	// Execution limits are the Runtime's.
+	// Limits bound request bodies; zero fields take the defaults.
 	Limits limits.Limits
-	// Runtime runs bots; nil leaves the Bot operations out.
-	Runtime *runtime.Runtime
-	// Registerer receives the bot input metrics; nil registers none.
-	Registerer prometheus.Registerer
-	// Jobs runs asynchronous executions (Prefer: respond-async) and serves
-	// their status; nil answers every $execute synchronously.
-	Jobs *jobs.Runner
+	// Bots runs the Bot operations; nil leaves them out.
+	Bots *bots.Service
+	// Jobs serves the status of asynchronous jobs and cancels them; nil
+	// answers every $execute synchronously.
+	Jobs Jobs
+}
+
+// Jobs is what the job status endpoints need of the job engine.
+type Jobs interface {
+	Get(ctx context.Context, p *principal.Principal, id string) (fhir.Resource, error)
+	Cancel(ctx context.Context, p *principal.Principal, id string) error
 }
 
 // Handler serves /fhir/R4.
 type Handler struct {
-	cfg     Config
-	store   store.Store
-	svc     *fhirservice.Service
-	log     *slog.Logger
-	extra   []func(*mux.Router)
-	metrics *botMetrics
-	audits  *auditWriter
-	jobs    *jobs.Runner
-	parsed  parsedCache
-	// warmer compiles changed Bots' modules in the background (nil
-	// without a runtime).
-	warmer *moduleWarmer
+	cfg   Config
+	svc   *fhirservice.Service
+	log   *slog.Logger
+	extra []func(*mux.Router)
+	bots  *bots.Service
+	jobs  Jobs
 }
 
 // New builds the handler.
@@ -74,40 +67,7 @@ func New(cfg Config) *Handler {
 	if cfg.Log == nil {
 		cfg.Log = slog.New(slog.DiscardHandler)
 	}
-	h := &Handler{cfg: cfg, store: cfg.Store, svc: cfg.FHIR, log: cfg.Log, metrics: newBotMetrics(cfg.Registerer)}
-	h.audits = newAuditWriter(cfg.Store, cfg.Log, h.metrics)
-	if cfg.Runtime != nil {
-		h.warmer = newModuleWarmer(h, cfg.Registerer)
-		if cfg.Jobs != nil {
-			h.jobs = cfg.Jobs
-			h.jobs.Handle(executeJobKind, h.runExecutionJob)
-		}
-	}
-	return h
-}
-
-// Changed acts on changes the store announces (store.Store.Subscribe), made
-// by this process or another replica: a changed Bot has its module compiled
-// in the background.
-func (h *Handler) Changed(changes []store.Change) {
-	var bots []string
-	for _, c := range changes {
-		if c.ResourceType == "Bot" {
-			bots = append(bots, c.ID)
-		}
-	}
-	if len(bots) > 0 && h.warmer != nil {
-		h.warmer.add(bots)
-	}
-}
-
-// Close flushes pending audit events and stops the background compiler.
-// The job runner, whose executions are audited, is stopped first.
-func (h *Handler) Close() {
-	h.audits.close()
-	if h.warmer != nil {
-		h.warmer.close()
-	}
+	return &Handler{cfg: cfg, svc: cfg.FHIR, log: cfg.Log, bots: cfg.Bots, jobs: cfg.Jobs}
 }
 
 // AddRoutes registers extra authenticated routes under /fhir/R4 before the
@@ -137,7 +97,6 @@ func (h *Handler) Register(r *mux.Router) {
 		fn(api)
 	}
 	h.registerBots(api)
-	h.registerJobs(api)
 	h.definitionRoutes(api)
 	api.HandleFunc("/$graphql", h.graphql).Methods(http.MethodGet, http.MethodPost)
 	api.HandleFunc("", h.bundle).Methods(http.MethodPost)

@@ -49,9 +49,67 @@ const (
 	OpUpdate                // update and patch
 	OpDelete                // delete
 
+	// Operations the server runs on a type (Operations says what each
+	// needs besides its own rows).
+	OpExecute // Bot/$execute (synchronous or asynchronous)
+	OpDeploy  // Bot/$deploy
+
 	OpWrite = OpCreate | OpUpdate | OpDelete
 	OpAll   = OpRead | OpWrite
 )
+
+// Operation is a FHIR operation the server runs on a type: whom the rows of
+// Rules refuse it, and the interactions it needs, which a caller must be
+// allowed (by the rows and by its access policy) to run it.
+type Operation struct {
+	Type string
+	Op   Op
+	Name string
+	// Needs are the interactions the operation performs.
+	Needs []Need
+}
+
+// Need is an interaction on a type.
+type Need struct {
+	Type string
+	Op   Op
+}
+
+// Operations is the table of operations. Who may run each is the rows of
+// Rules that deny its Op, and then its Needs; the README's table is
+// generated from both (TestDocumentedRules).
+var Operations = []Operation{
+	// Whoever can read a Bot may run it: the execution then acts as the
+	// Bot's own membership, never as the caller.
+	{Type: "Bot", Op: OpExecute, Name: "$execute", Needs: []Need{{"Bot", OpRead}}},
+	// Deploying writes the code as a Binary and points the Bot at it.
+	{Type: "Bot", Op: OpDeploy, Name: "$deploy", Needs: []Need{{"Bot", OpUpdate}, {"Binary", OpCreate}}},
+}
+
+// AuthorizeOperation decides whether p may run an operation of Operations
+// on typ at all (the rows of Rules and the operation's Needs, as p's role
+// and access policy allow them); which resource it may run it on is the
+// caller's read or update of that resource.
+func AuthorizeOperation(p *principal.Principal, typ string, op Op) error {
+	for _, o := range Operations {
+		if o.Type != typ || o.Op != op {
+			continue
+		}
+		if p == nil {
+			return fhir.ErrUnauthorized
+		}
+		if err := authorizeType(p, typ, op); err != nil {
+			return err
+		}
+		for _, n := range o.Needs {
+			if err := Authorize(p, n.Type, n.Op); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	return fhir.Errorf(fhir.ENotFound, "Unknown operation")
+}
 
 // Access is what a field rule does to its field.
 type Access uint8
@@ -142,6 +200,7 @@ var Rules = []Rule{
 	{Type: "Bot", Field: "timeout", Roles: Bot, Access: ReadOnly},
 	{Type: "Bot", Field: "executableCode", Roles: Bot, Access: ReadOnly},
 	{Type: "Bot", Field: "runtimeVersion", Roles: Bot, Access: ReadOnly},
+	{Type: "Bot", Roles: Bot, Deny: OpDeploy, Message: "A bot cannot deploy bots"},
 
 	// What a project admin may not see or change of its Project.
 	{Type: "Project", Field: "superAdmin", Roles: NotSuperAdmin, Access: Hidden},
@@ -234,7 +293,7 @@ func compileRules(typ string, roles Role) *ruleSet {
 		}
 		if r.Field == "" {
 			rs.deny |= r.Deny
-			for op := OpRead; op <= OpDelete; op <<= 1 {
+			for op := OpRead; op <= OpDeploy; op <<= 1 {
 				if r.Deny&op != 0 && r.Message != "" {
 					rs.message[op] = r.Message
 				}

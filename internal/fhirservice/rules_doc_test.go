@@ -42,6 +42,20 @@ func interactions(deny Op) string {
 	return strings.Join(out, ", ")
 }
 
+// operationCell says whether the rows and needs allow an operation to roles
+// (before an access policy, which may take it away).
+func operationCell(o Operation, roles Role) string {
+	if compileRules(o.Type, roles).deny&o.Op != 0 {
+		return "no"
+	}
+	for _, n := range o.Needs {
+		if compileRules(n.Type, roles).deny&n.Op != 0 {
+			return "no"
+		}
+	}
+	return "yes"
+}
+
 // roleNames says which principals a rule binds.
 func roleNames(r Role) string {
 	switch r {
@@ -84,6 +98,23 @@ func rulesMarkdown() string {
 		b.WriteString("\n")
 	}
 	b.WriteString("| any other type |" + strings.Repeat(" all |", len(docRoles)) + "\n\n")
+	b.WriteString("| operation | needs |")
+	for _, r := range docRoles {
+		b.WriteString(" " + r.name + " |")
+	}
+	b.WriteString("\n|---|---|" + strings.Repeat("---|", len(docRoles)) + "\n")
+	for _, o := range Operations {
+		var needs []string
+		for _, n := range o.Needs {
+			needs = append(needs, n.Type+" "+interactions(OpAll&^n.Op))
+		}
+		b.WriteString("| " + o.Type + " `" + o.Name + "` | " + strings.Join(needs, ", ") + " |")
+		for _, r := range docRoles {
+			b.WriteString(" " + operationCell(o, r.roles) + " |")
+		}
+		b.WriteString("\n")
+	}
+	b.WriteString("\n")
 	b.WriteString("| field | hidden from | read-only for | server-managed for |\n|---|---|---|---|\n")
 	for _, r := range Rules {
 		if r.Field == "" {

@@ -24,11 +24,13 @@ import (
 	"github.com/sandbot/sandbot/internal/fhirgraphql"
 	"github.com/sandbot/sandbot/internal/fhirservice"
 	"github.com/sandbot/sandbot/internal/httpx"
-	"github.com/sandbot/sandbot/internal/jobs"
 	"github.com/sandbot/sandbot/internal/mail"
+	"github.com/sandbot/sandbot/internal/services/bots"
+	"github.com/sandbot/sandbot/internal/services/jobs"
 	"github.com/sandbot/sandbot/limits"
 	"github.com/sandbot/sandbot/runtime"
 	"github.com/sandbot/sandbot/store"
+	"github.com/sandbot/sandbot/store/sqlstore"
 )
 
 // Config configures the server.
@@ -75,8 +77,11 @@ type Server struct {
 	Bootstrap *admin.BootstrapResult
 	// Admin runs the user-management use-cases.
 	Admin *admin.Service
-	// Jobs runs the asynchronous executions of this process.
-	Jobs *jobs.Runner
+	// Bots runs bots, whatever triggers them; nil without a runtime.
+	Bots *bots.Service
+	// Jobs runs the background jobs of this process (asynchronous
+	// executions); nil on a store that is not SQL.
+	Jobs *jobs.Engine
 
 	ready atomic.Bool
 	log   *slog.Logger
@@ -104,18 +109,31 @@ func New(ctx context.Context, cfg Config, st store.Store, reg *prometheus.Regist
 	s := &Server{Store: st, Bootstrap: boot, log: log}
 	s.Auth = auth.NewAuthenticator(st, tokens, cfg.Limits, log)
 	s.Service = fhirservice.New(fhirservice.Config{Store: st, BaseURL: cfg.BaseURL, Limits: cfg.Limits})
-	s.Jobs = jobs.New(jobs.Config{Store: st, Workers: int(cfg.Limits.JobWorkers), QueuePerProject: int(cfg.Limits.JobQueue),
-		Lease: time.Duration(cfg.Limits.JobLeaseSeconds) * time.Second, Log: log, Registerer: reg})
+	if sq, ok := st.(*sqlstore.Store); ok {
+		s.Jobs = jobs.New(jobs.Config{Store: sq, Workers: int(cfg.Limits.JobWorkers), QueuePerProject: int(cfg.Limits.JobQueue),
+			RescueAfter: time.Duration(cfg.Limits.JobRescueSeconds) * time.Second, Log: log, Registerer: reg})
+	}
+	fhirCfg := rest.Config{FHIR: s.Service, GraphQL: fhirgraphql.New(s.Service, cfg.Limits), Auth: s.Auth, BaseURL: cfg.BaseURL, Log: log,
+		Limits: cfg.Limits}
+	if cfg.Runtime != nil {
+		s.Bots = bots.New(bots.Config{Store: st, FHIR: s.Service, Runtime: cfg.Runtime, Limits: cfg.Limits, Jobs: s.Jobs,
+			Resume: s.Auth.Resume, Log: log, Registerer: reg})
+		fhirCfg.Bots = s.Bots
+		if s.Jobs != nil {
+			fhirCfg.Jobs = s.Jobs
+		}
+	}
 	// The GraphQL schema is generated from the embedded definitions once per
 	// process, in the background from here.
-	s.FHIR = rest.New(rest.Config{Store: st, FHIR: s.Service, GraphQL: fhirgraphql.New(s.Service, cfg.Limits), Auth: s.Auth, BaseURL: cfg.BaseURL, Log: log,
-		Limits: cfg.Limits, Runtime: cfg.Runtime, Registerer: reg, Jobs: s.Jobs})
+	s.FHIR = rest.New(fhirCfg)
 	// Every cache of the server hears of every change to what it keeps,
 	// whoever made it: this process (at commit, before the write returns)
 	// or another replica on the database (moments later).
 	s.unsubscribe = st.Subscribe(func(changes []store.Change) {
 		s.Auth.Changed(changes)
-		s.FHIR.Changed(changes)
+		if s.Bots != nil {
+			s.Bots.Changed(changes)
+		}
 	})
 
 	metrics := httpx.NewMetrics(reg)
@@ -194,24 +212,34 @@ func New(ctx context.Context, cfg Config, st store.Store, reg *prometheus.Regist
 	ops.HandleFunc("/healthz", readyz)
 	s.Ops = httpx.NoSniff(ops)
 	s.ready.Store(true)
-	s.Jobs.Start()
+	if s.Jobs != nil {
+		if err := s.Jobs.Start(ctx); err != nil {
+			return nil, err
+		}
+	}
 	return s, nil
 }
 
-// StopJobs stops claiming asynchronous jobs and waits for the running ones
+// StopJobs stops taking background jobs and waits for the running ones
 // until ctx ends; those still running then are cancelled and handed back to
 // the queue, to run again in another process or after the restart.
-func (s *Server) StopJobs(ctx context.Context) { s.Jobs.Stop(ctx) }
+func (s *Server) StopJobs(ctx context.Context) {
+	if s.Jobs != nil {
+		s.Jobs.Stop(ctx)
+	}
+}
 
-// Close stops the job runner (handing back what still runs), stops listening
-// to the store's changes and flushes what the server writes in the
-// background (bot audit events).
+// Close stops the job engine (handing back what still runs), stops
+// listening to the store's changes and flushes what the server writes in
+// the background (bot audit events).
 func (s *Server) Close() {
 	now, cancel := context.WithCancel(context.Background())
 	cancel()
-	s.Jobs.Stop(now)
+	s.StopJobs(now)
 	s.unsubscribe()
-	s.FHIR.Close()
+	if s.Bots != nil {
+		s.Bots.Close()
+	}
 }
 
 // SetReady flips readiness. Shutdown sets it false first: /readyz answers

@@ -1,4 +1,4 @@
-package rest
+package bots
 
 import (
 	"context"
@@ -9,50 +9,11 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"github.com/prometheus/client_golang/prometheus"
-
 	"github.com/sandbot/sandbot/fhir"
 	"github.com/sandbot/sandbot/internal/principal"
 	"github.com/sandbot/sandbot/runtime"
 	"github.com/sandbot/sandbot/store"
 )
-
-// botMetrics are the execution metrics that need the request (the runtime
-// keeps the rest).
-type botMetrics struct {
-	inputBytes   *prometheus.HistogramVec
-	auditDropped prometheus.Counter
-}
-
-func newBotMetrics(reg prometheus.Registerer) *botMetrics {
-	m := &botMetrics{
-		inputBytes: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Name:    "sandbot_bot_input_bytes",
-			Help:    "Size of bot inputs, by request content type.",
-			Buckets: prometheus.ExponentialBuckets(64, 4, 10),
-		}, []string{"content_type"}),
-		auditDropped: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "sandbot_bot_audit_events_dropped_total",
-			Help: "Execution AuditEvents not written because the writer was saturated or failed.",
-		}),
-	}
-	if reg != nil {
-		reg.MustRegister(m.inputBytes, m.auditDropped)
-	}
-	return m
-}
-
-func (m *botMetrics) observeInput(contentType string, n int) {
-	if contentType == "" {
-		contentType = "query"
-	}
-	switch contentType {
-	case mediaText, mediaJSON, mediaFHIR, mediaForm, mediaHL7, "query":
-	default:
-		contentType = "other+json"
-	}
-	m.inputBytes.WithLabelValues(contentType).Observe(float64(n))
-}
 
 // auditWriter writes one AuditEvent per execution off the request path: an
 // execution answers without waiting for its audit row. Events queued when
@@ -60,9 +21,11 @@ func (m *botMetrics) observeInput(contentType string, n int) {
 // after that (a request that outlived the shutdown timeout) is written on
 // its caller's goroutine.
 type auditWriter struct {
-	store   store.Store
+	store store.Store
+	// to, without a store, receives the events instead (sandbot bot run).
+	to      func(fhir.Resource)
 	log     *slog.Logger
-	metrics *botMetrics
+	metrics *metrics
 	ch      chan auditEntry
 	done    chan struct{}
 
@@ -125,8 +88,8 @@ func (e *auditEntry) event() fhir.Resource {
 	return ev
 }
 
-func newAuditWriter(s store.Store, log *slog.Logger, m *botMetrics) *auditWriter {
-	a := &auditWriter{store: s, log: log, metrics: m, ch: make(chan auditEntry, 4096), done: make(chan struct{})}
+func newAuditWriter(s store.Store, to func(fhir.Resource), log *slog.Logger, m *metrics) *auditWriter {
+	a := &auditWriter{store: s, to: to, log: log, metrics: m, ch: make(chan auditEntry, 4096), done: make(chan struct{})}
 	go a.run()
 	return a
 }
@@ -164,6 +127,14 @@ func (a *auditWriter) run() {
 
 // write stores a batch in one transaction.
 func (a *auditWriter) write(batch []auditEntry) {
+	if a.store == nil {
+		for i := range batch {
+			if a.to != nil {
+				a.to(batch[i].event())
+			}
+		}
+		return
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	err := a.store.InTx(ctx, func(tx store.Store) error {
@@ -217,7 +188,7 @@ func (a *auditWriter) add(e auditEntry) {
 // server's log, without the bot's log text, which may hold anything the bot
 // saw). outcomeDesc is the end of the log followed by the failure's message,
 // at most the log limit (limits.BotLogBytes).
-func (h *Handler) audit(p *principal.Principal, rec *store.Record, bot fhir.Resource, call botCall, start time.Time, res *runtime.Result, err error) {
+func (s *Service) audit(p *principal.Principal, t *target, c call, start time.Time, res *runtime.Result, err error) {
 	var logs strings.Builder
 	if res != nil {
 		for _, l := range res.Logs {
@@ -233,7 +204,7 @@ func (h *Handler) audit(p *principal.Principal, rec *store.Record, bot fhir.Reso
 		failure = envelopeErrorText(res.Envelope.Error)
 	}
 	failed := err != nil || (res != nil && len(res.Envelope.Error) > 0)
-	switch bot.String("auditEventTrigger") {
+	switch t.bot.String("auditEventTrigger") {
 	case "never":
 		return
 	case "on-error":
@@ -245,24 +216,24 @@ func (h *Handler) audit(p *principal.Principal, rec *store.Record, bot fhir.Reso
 			return
 		}
 	}
-	toResource, toLog := auditDestinations(bot)
+	toResource, toLog := auditDestinations(t.bot)
 	if !toResource && !toLog {
 		return
 	}
-	desc := tail(logs.String()+failure, h.cfg.Limits.BotLogBytes)
+	desc := tail(logs.String()+failure, s.cfg.Limits.BotLogBytes)
 	outcome := "0"
 	if failed {
 		outcome = "4"
 	}
 	end := time.Now().UTC()
-	e := auditEntry{project: rec.Project, bot: "Bot/" + rec.ID, botName: bot.String("name"), requester: p.Profile,
-		input: inputReference(call), outcome: outcome, desc: desc, start: start.UTC(), end: end}
+	e := auditEntry{project: t.rec.Project, bot: "Bot/" + t.rec.ID, botName: t.bot.String("name"), requester: p.Profile,
+		input: inputReference(c.input), outcome: outcome, desc: desc, start: start.UTC(), end: end}
 	if toLog {
-		h.log.Info("bot execution", "audit_event", "execute", "project", e.project, "bot", e.bot, "requester", e.requester,
-			"outcome", e.outcome, "start", e.start.Format(fhir.TimeFormat), "end", e.end.Format(fhir.TimeFormat))
+		s.log.Info("bot execution", "audit_event", "execute", "project", e.project, "bot", e.bot, "requester", e.requester,
+			"trigger", string(c.trigger), "outcome", e.outcome, "start", e.start.Format(fhir.TimeFormat), "end", e.end.Format(fhir.TimeFormat))
 	}
 	if toResource {
-		h.audits.add(e)
+		s.audits.add(e)
 	}
 }
 
@@ -324,15 +295,15 @@ func envelopeErrorText(raw json.RawMessage) string {
 
 // inputReference is the execution's input as an AuditEvent entity, as the
 // reference records it: when it is a resource with an id.
-func inputReference(call botCall) string {
-	if len(call.input) == 0 || call.input[0] != '{' {
+func inputReference(input json.RawMessage) string {
+	if len(input) == 0 || input[0] != '{' {
 		return ""
 	}
 	var in struct {
 		ResourceType string `json:"resourceType"`
 		ID           string `json:"id"`
 	}
-	if json.Unmarshal(call.input, &in) != nil || !fhir.KnownType(in.ResourceType) || !fhir.ValidID(in.ID) {
+	if json.Unmarshal(input, &in) != nil || !fhir.KnownType(in.ResourceType) || !fhir.ValidID(in.ID) {
 		return ""
 	}
 	return in.ResourceType + "/" + in.ID

@@ -1,4 +1,4 @@
-package rest
+package bots
 
 import (
 	"context"
@@ -22,7 +22,7 @@ import (
 // bounds compilations further); the module is compiled only if the runtime
 // does not hold it already (the deploying replica does).
 type moduleWarmer struct {
-	h       *Handler
+	s       *Service
 	mu      sync.Mutex
 	pending map[string]bool // Bot ids
 	wake    chan struct{}
@@ -35,8 +35,8 @@ type moduleWarmer struct {
 // warmTimeout bounds one background compilation.
 const warmTimeout = 5 * time.Minute
 
-func newModuleWarmer(h *Handler, reg prometheus.Registerer) *moduleWarmer {
-	w := &moduleWarmer{h: h, pending: map[string]bool{}, wake: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{}),
+func newModuleWarmer(s *Service, reg prometheus.Registerer) *moduleWarmer {
+	w := &moduleWarmer{s: s, pending: map[string]bool{}, wake: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{}),
 		warmed: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "sandbot_bot_modules_warmed_total",
 			Help: "Changed Bots whose module was looked at in the background, by result: compiled, held (already compiled), none (no code), busy (no compile slot: tried again later), failed.",
@@ -100,13 +100,13 @@ func (w *moduleWarmer) run() {
 func (w *moduleWarmer) warm(ctx context.Context, id string) string {
 	ctx, cancel := context.WithTimeout(ctx, warmTimeout)
 	defer cancel()
-	h := w.h
-	rec, err := h.store.Read(ctx, store.AllProjects, "Bot", id)
+	s := w.s
+	rec, err := s.store.Read(ctx, store.AllProjects, "Bot", id)
 	if err != nil {
 		if fhir.IsCode(err, fhir.ENotFound) || fhir.IsCode(err, fhir.EGone) {
 			return "none"
 		}
-		h.log.Warn("bot module warm-up: read bot", "bot", id, "err", err)
+		s.log.Warn("bot module warm-up: read bot", "bot", id, "err", err)
 		return "failed"
 	}
 	bot, err := rec.Resource()
@@ -116,11 +116,11 @@ func (w *moduleWarmer) warm(ctx context.Context, id string) string {
 	if code, _ := bot["executableCode"].(map[string]any); code == nil {
 		return "none"
 	}
-	if _, ok := h.heldModule(bot); ok {
+	if _, ok := s.heldModule(bot); ok {
 		return "held"
 	}
 	start := time.Now()
-	if _, err := h.module(ctx, rec.Project, bot); err != nil {
+	if _, err := s.module(ctx, rec.Project, bot); err != nil {
 		var busy *runtime.BusyError
 		if errors.As(err, &busy) {
 			// Every compile slot is taken (deploys, executions of cold
@@ -128,9 +128,9 @@ func (w *moduleWarmer) warm(ctx context.Context, id string) string {
 			time.AfterFunc(busy.RetryAfter, func() { w.add([]string{id}) })
 			return "busy"
 		}
-		h.log.Warn("bot module warm-up: compile", "bot", id, "err", err)
+		s.log.Warn("bot module warm-up: compile", "bot", id, "err", err)
 		return "failed"
 	}
-	h.log.Info("bot module compiled in the background", "bot", id, "duration", time.Since(start))
+	s.log.Info("bot module compiled in the background", "bot", id, "duration", time.Since(start))
 	return "compiled"
 }
