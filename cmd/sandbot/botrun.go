@@ -160,7 +160,11 @@ func runBotCommand(ctx context.Context, args []string, stdin io.Reader, stdout, 
 		fmt.Fprintf(stderr, "sandbot bot run: content type %q: %v\n", contentType, err)
 		return 2
 	}
-	isJS := strings.Contains(".js.cjs.mjs", filepath.Ext(modulePath)) && filepath.Ext(modulePath) != ""
+	var isJS bool
+	switch filepath.Ext(modulePath) {
+	case ".js", ".cjs", ".mjs":
+		isJS = true
+	}
 
 	cfg := runtime.Config{Limits: lim}
 	var fhirCall func(context.Context, []byte) []byte

@@ -22,8 +22,10 @@ var docRoles = []struct {
 	{"bot with an admin membership", ProjectAdmin | Bot},
 }
 
-// interactions names what a cell allows.
+// interactions names what a cell allows of the REST interactions (the
+// operations have a table of their own).
 func interactions(deny Op) string {
+	deny &= OpAll
 	if deny&OpAll == OpAll {
 		return "none"
 	}
@@ -86,7 +88,7 @@ func rulesMarkdown() string {
 	b.WriteString("\n|---|" + strings.Repeat("---|", len(docRoles)) + "\n")
 	var types []string
 	for _, r := range Rules {
-		if r.Field == "" && !slices.Contains(types, r.Type) {
+		if r.Field == "" && r.Deny&OpAll != 0 && !slices.Contains(types, r.Type) {
 			types = append(types, r.Type)
 		}
 	}
