@@ -6,38 +6,12 @@ import (
 	"regexp"
 	"strings"
 
-	"golang.org/x/crypto/bcrypt"
-
 	"github.com/sandbot/sandbot/fhir"
 	"github.com/sandbot/sandbot/internal/fhirservice"
 	smtpmail "github.com/sandbot/sandbot/internal/mail"
+	"github.com/sandbot/sandbot/internal/password"
 	"github.com/sandbot/sandbot/store"
 )
-
-// Password rules, for the invite's password and the set-password endpoint
-// (internal/auth) alike.
-const (
-	MinPasswordLength = 8
-	// MaxPasswordBytes is bcrypt's input limit.
-	MaxPasswordBytes = 72
-)
-
-// CheckPassword validates a new password.
-func CheckPassword(pw string) error {
-	if len(pw) < MinPasswordLength {
-		return fhir.Invalid("Password must be at least 8 characters", "password")
-	}
-	if len(pw) > MaxPasswordBytes {
-		return fhir.Invalid("Password must be no more than 72 characters", "password")
-	}
-	return nil
-}
-
-// HashPassword hashes a password with bcrypt.
-func HashPassword(pw string) (string, error) {
-	h, err := bcrypt.GenerateFromPassword([]byte(pw), bcrypt.DefaultCost)
-	return string(h), err
-}
 
 // InviteRequest is the body of POST /admin/projects/:id/invite.
 type InviteRequest struct {
@@ -111,9 +85,9 @@ func ParseInvite(body map[string]any) (*InviteRequest, error) {
 		add("Either email or externalId is required")
 	}
 	if _, ok := body["password"]; ok {
-		if err := CheckPassword(req.Password); err != nil {
+		if err := password.Check(req.Password, "password"); err != nil {
 			e := err.(*fhir.Error)
-			add(e.Message, "password")
+			add(e.Message, e.Expression...)
 		}
 	}
 	switch req.Scope {
@@ -205,7 +179,7 @@ func (s *Service) Invite(ctx context.Context, c Caller, pid string, req *InviteR
 	projectScoped := req.ProjectScoped()
 	var passwordHash string
 	if req.Password != "" {
-		if passwordHash, err = HashPassword(req.Password); err != nil {
+		if passwordHash, err = password.Hash(req.Password); err != nil {
 			return nil, err
 		}
 	}
@@ -274,9 +248,9 @@ func (s *Service) Invite(ctx context.Context, c Caller, pid string, req *InviteR
 			}
 			user["id"] = rec.ID
 			if req.Email != "" && req.SendEmail {
-				linkSecret = randomToken(24)
+				linkSecret = password.NewSecret()
 				usr := fhir.Resource{"resourceType": "UserSecurityRequest", "type": "invite",
-					"user": ref("User/" + rec.ID), "secret": HashSecret(linkSecret), "used": false}
+					"user": ref("User/" + rec.ID), "secret": password.HashSecret(linkSecret), "used": false}
 				urec, err := tx.Create(ctx, usr, store.Write{Project: home, Author: system})
 				if err != nil {
 					return err

@@ -6,6 +6,7 @@ import (
 
 	"github.com/sandbot/sandbot/fhir"
 	smtpmail "github.com/sandbot/sandbot/internal/mail"
+	"github.com/sandbot/sandbot/internal/password"
 	"github.com/sandbot/sandbot/store"
 )
 
@@ -62,9 +63,9 @@ func (s *Service) RequestPasswordReset(ctx context.Context, email, projectID str
 	if err != nil {
 		return err
 	}
-	secret := randomToken(24)
+	secret := password.NewSecret()
 	req, err := s.Store.Create(ctx, fhir.Resource{"resourceType": "UserSecurityRequest", "type": "reset",
-		"user": ref("User/" + user.ID()), "secret": HashSecret(secret), "used": false}, store.Write{Project: rec.Project, Author: system})
+		"user": ref("User/" + user.ID()), "secret": password.HashSecret(secret), "used": false}, store.Write{Project: rec.Project, Author: system})
 	if err != nil {
 		return err
 	}

@@ -2,10 +2,6 @@ package admin
 
 import (
 	"context"
-	"crypto/rand"
-	"crypto/sha256"
-	"encoding/base64"
-	"encoding/hex"
 	"log/slog"
 	"strings"
 
@@ -100,20 +96,6 @@ func (s *Service) projectFor(ctx context.Context, c Caller, id string) (*store.R
 		return nil, nil, err
 	}
 	return rec, p, nil
-}
-
-// randomToken returns a URL-safe random string of n bytes of entropy.
-func randomToken(n int) string {
-	b := make([]byte, n)
-	rand.Read(b)
-	return base64.RawURLEncoding.EncodeToString(b)
-}
-
-// HashSecret is how secrets that are presented once are stored: set-password
-// links here, login codes and refresh tokens in internal/auth.
-func HashSecret(secret string) string {
-	sum := sha256.Sum256([]byte(secret))
-	return hex.EncodeToString(sum[:])
 }
 
 func ref(r string) map[string]any { return map[string]any{"reference": r} }

@@ -6,11 +6,10 @@ import (
 	"net/mail"
 
 	"github.com/gorilla/mux"
-	"golang.org/x/crypto/bcrypt"
 
-	"github.com/sandbot/sandbot/admin"
 	"github.com/sandbot/sandbot/fhir"
 	"github.com/sandbot/sandbot/internal/httpx"
+	"github.com/sandbot/sandbot/internal/password"
 	"github.com/sandbot/sandbot/internal/principal"
 	"github.com/sandbot/sandbot/store"
 )
@@ -97,10 +96,7 @@ func (a *Authenticator) handleChangePassword(w http.ResponseWriter, r *http.Requ
 		httpx.WriteError(w, r, a.log, fhir.Invalid("Missing oldPassword", "oldPassword"))
 		return
 	}
-	if err := admin.CheckPassword(newPassword); err != nil {
-		if fe, ok := err.(*fhir.Error); ok {
-			err = fhir.Invalid(fe.Message, "newPassword")
-		}
+	if err := password.Check(newPassword, "newPassword"); err != nil {
 		httpx.WriteError(w, r, a.log, err)
 		return
 	}
@@ -110,14 +106,13 @@ func (a *Authenticator) handleChangePassword(w http.ResponseWriter, r *http.Requ
 		httpx.WriteError(w, r, a.log, fhir.Invalid("Passwords do not match", "confirmPassword"))
 		return
 	}
-	hash, err := admin.HashPassword(newPassword)
+	hash, err := password.Hash(newPassword)
 	if err != nil {
 		httpx.WriteError(w, r, a.log, err)
 		return
 	}
 	_, err = a.store.Update(ctx, store.AllProjects, "User", uid, store.Write{Author: p.Author()}, func(u fhir.Resource) (fhir.Resource, error) {
-		old := u.String("passwordHash")
-		if old == "" || bcrypt.CompareHashAndPassword([]byte(old), []byte(oldPassword)) != nil {
+		if !password.Verify(u.String("passwordHash"), oldPassword) {
 			return nil, fhir.Invalid("Incorrect password", "oldPassword")
 		}
 		u["passwordHash"] = hash

@@ -1,22 +1,19 @@
 package auth
 
 import (
-	"crypto/rand"
 	"crypto/sha256"
 	"crypto/subtle"
 	"encoding/base64"
 	"net/http"
 	"net/url"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/gorilla/mux"
-	"golang.org/x/crypto/bcrypt"
 
-	"github.com/sandbot/sandbot/admin"
 	"github.com/sandbot/sandbot/fhir"
 	"github.com/sandbot/sandbot/internal/httpx"
+	"github.com/sandbot/sandbot/internal/password"
 	"github.com/sandbot/sandbot/internal/principal"
 	"github.com/sandbot/sandbot/store"
 )
@@ -44,31 +41,6 @@ func (a *Authenticator) RegisterLogins(r *mux.Router) {
 	r.HandleFunc("/auth/setpassword", a.handleSetPassword).Methods(http.MethodPost)
 }
 
-var (
-	dummyOnce sync.Once
-	dummyHash []byte
-)
-
-// compareDummy spends the time of a bcrypt comparison when there is no user,
-// so that timing does not reveal whether an e-mail exists.
-func compareDummy(pw string) {
-	dummyOnce.Do(func() {
-		dummyHash, _ = bcrypt.GenerateFromPassword([]byte("sandbot-dummy-password"), bcrypt.DefaultCost)
-	})
-	bcrypt.CompareHashAndPassword(dummyHash, []byte(pw))
-}
-
-func secretEqual(stored, presented string) bool {
-	h := admin.HashSecret(presented)
-	return stored != "" && subtle.ConstantTimeCompare([]byte(stored), []byte(h)) == 1
-}
-
-func newSecret() string {
-	b := make([]byte, 32)
-	rand.Read(b)
-	return base64.RawURLEncoding.EncodeToString(b)
-}
-
 func str(m map[string]any, k string) string { s, _ := m[k].(string); return strings.TrimSpace(s) }
 
 func (a *Authenticator) handleLogin(w http.ResponseWriter, r *http.Request) {
@@ -79,12 +51,12 @@ func (a *Authenticator) handleLogin(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	email := strings.ToLower(str(body, "email"))
-	password, _ := body["password"].(string)
+	pw, _ := body["password"].(string)
 	if email == "" {
 		httpx.WriteError(w, r, a.log, fhir.Invalid("Valid email address is required", "email"))
 		return
 	}
-	if password == "" {
+	if pw == "" {
 		httpx.WriteError(w, r, a.log, fhir.Invalid("Password is required", "password"))
 		return
 	}
@@ -127,18 +99,14 @@ func (a *Authenticator) handleLogin(w http.ResponseWriter, r *http.Request) {
 	}
 	var user fhir.Resource
 	for _, u := range candidates {
-		h := u.String("passwordHash")
-		if h == "" {
-			compareDummy(password)
-			continue
-		}
-		if bcrypt.CompareHashAndPassword([]byte(h), []byte(password)) == nil {
+		if password.Verify(u.String("passwordHash"), pw) {
 			user = u
 			break
 		}
 	}
 	if len(candidates) == 0 {
-		compareDummy(password)
+		// The same bcrypt work as for a user: timing does not tell.
+		password.Verify("", pw)
 	}
 	if user == nil {
 		httpx.WriteError(w, r, a.log, fhir.Invalid(errBadLogin))
@@ -198,9 +166,9 @@ func (a *Authenticator) handleLogin(w http.ResponseWriter, r *http.Request) {
 	}
 	var code string
 	if len(memberships) == 1 {
-		code = newSecret()
+		code = password.NewSecret()
 		login["membership"] = map[string]any{"reference": "ProjectMembership/" + memberships[0].ID()}
-		login["code"] = admin.HashSecret(code)
+		login["code"] = password.HashSecret(code)
 		login["codeIssued"] = time.Now().UTC().Format(fhir.TimeFormat)
 	}
 	rec, err := a.store.Create(ctx, login, store.Write{Project: urec.Project, Author: fhir.Reference{Reference: "system"}})
@@ -266,12 +234,12 @@ func (a *Authenticator) handleProfile(w http.ResponseWriter, r *http.Request) {
 // to it, and answers {login, code} as a first login step does. A login that
 // does not exist (or no longer does) is a 400 naming it.
 func (a *Authenticator) reissueCode(w http.ResponseWriter, r *http.Request, loginID string, step func(l fhir.Resource) error) {
-	code := newSecret()
+	code := password.NewSecret()
 	_, err := a.store.Update(r.Context(), store.AllProjects, "Login", loginID, store.Write{Author: fhir.Reference{Reference: "system"}}, func(l fhir.Resource) (fhir.Resource, error) {
 		if err := step(l); err != nil {
 			return nil, err
 		}
-		l["code"] = admin.HashSecret(code)
+		l["code"] = password.HashSecret(code)
 		l["codeIssued"] = time.Now().UTC().Format(fhir.TimeFormat)
 		return l, nil
 	})
@@ -312,11 +280,11 @@ func (a *Authenticator) authorizationCode(w http.ResponseWriter, r *http.Request
 		oauthError(w, http.StatusBadRequest, "invalid_grant", "Invalid code")
 		return
 	}
-	refresh := newSecret()
+	refresh := password.NewSecret()
 	var grantErr string
 	rec, err := a.store.Update(ctx, store.AllProjects, "Login", loginID, store.Write{Author: fhir.Reference{Reference: "system"}}, func(l fhir.Resource) (fhir.Resource, error) {
 		switch {
-		case l.Bool("granted") || l.Bool("revoked") || !secretEqual(l.String("code"), secret):
+		case l.Bool("granted") || l.Bool("revoked") || !password.SecretMatches(l.String("code"), secret):
 			grantErr = "Invalid code"
 		case olderThan(l.String("codeIssued"), codeLifetime):
 			grantErr = "Expired code"
@@ -330,7 +298,7 @@ func (a *Authenticator) authorizationCode(w http.ResponseWriter, r *http.Request
 		}
 		l["granted"] = true
 		delete(l, "code")
-		l["refreshSecret"] = admin.HashSecret(refresh)
+		l["refreshSecret"] = password.HashSecret(refresh)
 		return l, nil
 	})
 	a.finishGrant(w, r, rec, refresh, err, grantErr, "Invalid code")
@@ -347,12 +315,12 @@ func (a *Authenticator) refreshToken(w http.ResponseWriter, r *http.Request, for
 		oauthError(w, http.StatusBadRequest, "invalid_grant", "Invalid token")
 		return
 	}
-	refresh := newSecret()
+	refresh := password.NewSecret()
 	var grantErr string
 	rec, err := a.store.Update(ctx, store.AllProjects, "Login", loginID, store.Write{Author: fhir.Reference{Reference: "system"}}, func(l fhir.Resource) (fhir.Resource, error) {
 		t, terr := time.Parse(fhir.TimeFormat, l.String("authTime"))
 		switch {
-		case !l.Bool("granted") || l.Bool("revoked") || !secretEqual(l.String("refreshSecret"), secret):
+		case !l.Bool("granted") || l.Bool("revoked") || !password.SecretMatches(l.String("refreshSecret"), secret):
 			grantErr = "Invalid token"
 		case terr != nil || time.Since(t) > refreshLifetime:
 			grantErr = "Token expired"
@@ -360,7 +328,7 @@ func (a *Authenticator) refreshToken(w http.ResponseWriter, r *http.Request, for
 		if grantErr != "" {
 			return nil, fhir.Invalid(grantErr)
 		}
-		l["refreshSecret"] = admin.HashSecret(refresh)
+		l["refreshSecret"] = password.HashSecret(refresh)
 		return l, nil
 	})
 	a.finishGrant(w, r, rec, refresh, err, grantErr, "Invalid token")
@@ -423,8 +391,8 @@ func (a *Authenticator) handleSetPassword(w http.ResponseWriter, r *http.Request
 		return
 	}
 	id, secret := str(body, "id"), str(body, "secret")
-	password, _ := body["password"].(string)
-	if err := admin.CheckPassword(password); err != nil {
+	pw, _ := body["password"].(string)
+	if err := password.Check(pw, "password"); err != nil {
 		httpx.WriteError(w, r, a.log, err)
 		return
 	}
@@ -432,7 +400,7 @@ func (a *Authenticator) handleSetPassword(w http.ResponseWriter, r *http.Request
 		httpx.WriteError(w, r, a.log, fhir.Invalid("Invalid request", "id"))
 		return
 	}
-	hash, err := admin.HashPassword(password)
+	hash, err := password.Hash(pw)
 	if err != nil {
 		httpx.WriteError(w, r, a.log, err)
 		return
@@ -440,7 +408,7 @@ func (a *Authenticator) handleSetPassword(w http.ResponseWriter, r *http.Request
 	err = a.store.InTx(ctx, func(tx store.Store) error {
 		var userRef string
 		_, err := tx.Update(ctx, store.AllProjects, "UserSecurityRequest", id, store.Write{Author: fhir.Reference{Reference: "system"}}, func(q fhir.Resource) (fhir.Resource, error) {
-			if q.Bool("used") || !secretEqual(q.String("secret"), secret) {
+			if q.Bool("used") || !password.SecretMatches(q.String("secret"), secret) {
 				return nil, fhir.Invalid("Invalid request", "secret")
 			}
 			if t, err := time.Parse(fhir.TimeFormat, lastUpdated(q)); err == nil && time.Since(t) > setPasswordTTL {
