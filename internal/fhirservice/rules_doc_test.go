@@ -20,6 +20,7 @@ var docRoles = []struct {
 	{"member", Member},
 	{"bot", Member | Bot},
 	{"bot with an admin membership", ProjectAdmin | Bot},
+	{"the server", System},
 }
 
 // interactions names what a cell allows.
@@ -47,6 +48,8 @@ func roleNames(r Role) string {
 	switch r {
 	case Everyone:
 		return "everyone"
+	case Callers:
+		return "every caller"
 	case NotSuperAdmin:
 		return "all but super admins"
 	}

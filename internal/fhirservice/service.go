@@ -2,6 +2,7 @@ package fhirservice
 
 import (
 	"context"
+	"errors"
 	"strings"
 
 	jsonpatch "github.com/evanphx/json-patch/v5"
@@ -278,6 +279,11 @@ func (s *Service) Create(ctx context.Context, p *principal.Principal, res fhir.R
 		// into Bot.sourceCode; the id is needed for it, so it is chosen here.
 		w.ID = uuid.NewString()
 		res["url"] = "Binary/" + w.ID
+	}
+	if w.Project == "" {
+		// Only the server has no project of its own: what it creates names
+		// its project in meta.project.
+		return nil, errors.New("fhirservice: a create by the server must name meta.project")
 	}
 	filters, err := policyFilters(p, typ, true)
 	if err != nil {
