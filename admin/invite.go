@@ -10,6 +10,7 @@ import (
 	"github.com/sandbot/sandbot/internal/fhirservice"
 	smtpmail "github.com/sandbot/sandbot/internal/mail"
 	"github.com/sandbot/sandbot/internal/password"
+	"github.com/sandbot/sandbot/internal/principal"
 	"github.com/sandbot/sandbot/store"
 )
 
@@ -199,7 +200,7 @@ func (s *Service) Invite(ctx context.Context, c Caller, pid string, req *InviteR
 			if err := tx.Lock(ctx, "user-email:"+req.Email); err != nil {
 				return err
 			}
-			users, err := store.SearchResources(ctx, tx, store.AllProjects, "User", "email:exact="+esc(req.Email)+"&_count=100")
+			users, err := s.FHIR.WithStore(tx).UsersByEmail(ctx, principal.System(c.author()), req.Email)
 			if err != nil {
 				return err
 			}

@@ -7,6 +7,7 @@ import (
 	"github.com/sandbot/sandbot/fhir"
 	smtpmail "github.com/sandbot/sandbot/internal/mail"
 	"github.com/sandbot/sandbot/internal/password"
+	"github.com/sandbot/sandbot/internal/principal"
 	"github.com/sandbot/sandbot/store"
 )
 
@@ -36,12 +37,12 @@ func (s *Service) deliver(ctx context.Context, msg smtpmail.Message, failure str
 }
 
 // RequestPasswordReset mails a one-time set-password link to the User with
-// this e-mail: the server-scoped User, or with projectID the User scoped to
-// that project. An unknown e-mail is not an error, so that the answer never
+// this e-mail (the whole address, case aside: fhirservice UsersByEmail): the
+// server-scoped User, or with projectID the User scoped to that project. An unknown e-mail is not an error, so that the answer never
 // tells whether an account exists. The link works once, for as long as an
 // invitation's.
 func (s *Service) RequestPasswordReset(ctx context.Context, email, projectID string) error {
-	users, err := store.SearchResources(ctx, s.Store, store.AllProjects, "User", "email="+esc(email)+"&_count=100")
+	users, err := s.FHIR.UsersByEmail(ctx, principal.System(system), email)
 	if err != nil {
 		return err
 	}

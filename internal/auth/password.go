@@ -83,7 +83,7 @@ func (a *Authenticator) handleLogin(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 
-	users, err := store.SearchResources(ctx, a.store, store.AllProjects, "User", "email:exact="+url.QueryEscape(strings.ReplaceAll(email, ",", `\,`))+"&_count=20")
+	users, err := a.fhir.UsersByEmail(ctx, principal.System(system), email)
 	if err != nil {
 		httpx.WriteError(w, r, a.log, err)
 		return

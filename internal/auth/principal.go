@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/sandbot/sandbot/fhir"
+	"github.com/sandbot/sandbot/internal/fhirservice"
 	"github.com/sandbot/sandbot/internal/httpx"
 	"github.com/sandbot/sandbot/internal/principal"
 	"github.com/sandbot/sandbot/limits"
@@ -31,7 +32,10 @@ type cached struct {
 
 // Authenticator resolves credentials to principals.
 type Authenticator struct {
-	store  store.Store
+	store store.Store
+	// fhir writes and finds the resources auth keeps (Logins, Users) as
+	// the server, under the FHIR service's rules.
+	fhir   *fhirservice.Service
 	tokens *Tokens
 	log    *slog.Logger
 	// maxBody bounds the bodies of the token, login, profile and
@@ -45,11 +49,15 @@ type Authenticator struct {
 	gen uint64
 }
 
-// NewAuthenticator builds an authenticator; its endpoints' bodies are
-// bounded by lim.AuthBodyBytes (zero: the default).
-func NewAuthenticator(s store.Store, t *Tokens, lim limits.Limits, log *slog.Logger) *Authenticator {
-	return &Authenticator{store: s, tokens: t, log: log, maxBody: lim.WithDefaults().AuthBodyBytes, cache: map[string]cached{}}
+// NewAuthenticator builds an authenticator over the store and the FHIR
+// service on it; its endpoints' bodies are bounded by lim.AuthBodyBytes
+// (zero: the default).
+func NewAuthenticator(s store.Store, svc *fhirservice.Service, t *Tokens, lim limits.Limits, log *slog.Logger) *Authenticator {
+	return &Authenticator{store: s, fhir: svc, tokens: t, log: log, maxBody: lim.WithDefaults().AuthBodyBytes, cache: map[string]cached{}}
 }
+
+// system is the meta.author of what the server writes by itself.
+var system = fhir.Reference{Reference: "system"}
 
 // Tokens is the token signer.
 func (a *Authenticator) Tokens() *Tokens { return a.tokens }

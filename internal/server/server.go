@@ -102,8 +102,8 @@ func New(ctx context.Context, cfg Config, st store.Store, reg *prometheus.Regist
 		return nil, err
 	}
 	s := &Server{Store: st, Bootstrap: boot, log: log}
-	s.Auth = auth.NewAuthenticator(st, tokens, cfg.Limits, log)
 	s.Service = fhirservice.New(fhirservice.Config{Store: st, BaseURL: cfg.BaseURL, Limits: cfg.Limits})
+	s.Auth = auth.NewAuthenticator(st, s.Service, tokens, cfg.Limits, log)
 	s.Jobs = jobs.New(jobs.Config{Store: st, Workers: int(cfg.Limits.JobWorkers), QueuePerProject: int(cfg.Limits.JobQueue),
 		Lease: time.Duration(cfg.Limits.JobLeaseSeconds) * time.Second, Log: log, Registerer: reg})
 	// The GraphQL schema is generated from the embedded definitions once per
