@@ -9,6 +9,8 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/sandbot/sandbot/fhir"
+	"github.com/sandbot/sandbot/internal/fhirservice"
+	"github.com/sandbot/sandbot/internal/principal"
 	"github.com/sandbot/sandbot/store"
 )
 
@@ -74,7 +76,11 @@ func Bootstrap(ctx context.Context, s store.Store, clientID, secret string) (*Bo
 		if _, err := tx.Create(ctx, client, cw); err != nil {
 			return fmt.Errorf("create super-admin client: %w", err)
 		}
-		_, err = tx.Create(ctx, NewMembership(projectID, "Super Admin", "ClientApplication/"+clientID, "ClientApplication/"+clientID, "Super Admin Client", true), system)
+		// The project and its client have the ids chosen above, which only
+		// the store lets a write choose; the membership is written as any
+		// other, by the server through the FHIR service.
+		m := NewMembership(projectID, "Super Admin", "ClientApplication/"+clientID, "ClientApplication/"+clientID, "Super Admin Client", true)
+		_, err = fhirservice.New(fhirservice.Config{Store: tx}).Create(ctx, principal.System(projectID, system.Author), m)
 		return err
 	})
 	return res, err

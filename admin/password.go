@@ -8,7 +8,6 @@ import (
 	smtpmail "github.com/sandbot/sandbot/internal/mail"
 	"github.com/sandbot/sandbot/internal/password"
 	"github.com/sandbot/sandbot/internal/principal"
-	"github.com/sandbot/sandbot/store"
 )
 
 // setPasswordLink is the web app's set-password page for a
@@ -42,7 +41,7 @@ func (s *Service) deliver(ctx context.Context, msg smtpmail.Message, failure str
 // tells whether an account exists. The link works once, for as long as an
 // invitation's.
 func (s *Service) RequestPasswordReset(ctx context.Context, email, projectID string) error {
-	users, err := s.FHIR.UsersByEmail(ctx, principal.System(system), email)
+	users, err := s.FHIR.UsersByEmail(ctx, principal.System("", system), email)
 	if err != nil {
 		return err
 	}
@@ -60,13 +59,10 @@ func (s *Service) RequestPasswordReset(ctx context.Context, email, projectID str
 	if user == nil {
 		return nil
 	}
-	rec, err := s.Store.Read(ctx, store.AllProjects, "User", user.ID())
-	if err != nil {
-		return err
-	}
+	// The request lives with the User, in its home project.
 	secret := password.NewSecret()
-	req, err := s.Store.Create(ctx, fhir.Resource{"resourceType": "UserSecurityRequest", "type": "reset",
-		"user": ref("User/" + user.ID()), "secret": password.HashSecret(secret), "used": false}, store.Write{Project: rec.Project, Author: system})
+	req, err := s.FHIR.Create(ctx, principal.System(user.MetaProject(), system), fhir.Resource{"resourceType": "UserSecurityRequest", "type": "reset",
+		"user": ref("User/" + user.ID()), "secret": password.HashSecret(secret), "used": false})
 	if err != nil {
 		return err
 	}

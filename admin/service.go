@@ -18,6 +18,12 @@ type Caller struct{ *principal.Principal }
 
 func (c Caller) author() fhir.Reference { return c.Author() }
 
+// server is the server acting for c in project pid, once a use-case has
+// decided that c may act there: for the writes c's own role may not make
+// through /fhir/R4 (Users, memberships), under the FHIR service's rules for
+// the server, recorded as c's.
+func (c Caller) server(pid string) *principal.Principal { return principal.System(pid, c.author()) }
+
 // MayCreateProject is the rule of POST /admin/Project: super admins only
 // (docs/decisions.md 1).
 func (c Caller) MayCreateProject() error {

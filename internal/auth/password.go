@@ -83,7 +83,7 @@ func (a *Authenticator) handleLogin(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 
-	users, err := a.fhir.UsersByEmail(ctx, principal.System(system), email)
+	users, err := a.fhir.UsersByEmail(ctx, principal.System("", system), email)
 	if err != nil {
 		httpx.WriteError(w, r, a.log, err)
 		return

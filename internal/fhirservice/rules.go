@@ -72,6 +72,12 @@ const (
 	// replaced by the stored value (dropped on create, where the server
 	// sets them). Nobody is refused for sending them: clients echo meta back.
 	Managed Access = iota + 1
+	// Fixed fields are set when the resource is created and never change:
+	// a later write may leave one out (a full update) or send it again, and
+	// the stored value stays; one that changes it is refused (400: the
+	// resource cannot be otherwise, whoever asks). A reference is the same
+	// when its reference is (its display is the stored one's).
+	Fixed
 	// ReadOnly fields are shown; a write that changes one is refused (403
 	// naming it). A full update that leaves one out keeps the stored value.
 	ReadOnly
@@ -85,6 +91,8 @@ func (a Access) String() string {
 	switch a {
 	case Managed:
 		return "server-managed"
+	case Fixed:
+		return "fixed"
 	case ReadOnly:
 		return "read-only"
 	case Hidden:
@@ -160,9 +168,10 @@ var Rules = []Rule{
 	{Type: "Project", Field: "link", Roles: NotSuperAdmin, Access: ReadOnly},
 	{Type: "Project", Field: "systemSetting", Roles: NotSuperAdmin, Access: ReadOnly},
 
-	// A membership stays with its project and user (docs/decisions.md 4).
-	{Type: "ProjectMembership", Field: "project", Roles: NotSuperAdmin, Access: ReadOnly},
-	{Type: "ProjectMembership", Field: "user", Roles: NotSuperAdmin, Access: ReadOnly},
+	// A membership stays with its project and user (docs/decisions.md 4),
+	// whoever writes it (the admin API writes memberships as the server).
+	{Type: "ProjectMembership", Field: "project", Roles: Everyone, Access: Fixed},
+	{Type: "ProjectMembership", Field: "user", Roles: Everyone, Access: Fixed},
 
 	// Users: credentials are no caller's to read (the server checks them);
 	// identity fields are the user's own.
@@ -291,6 +300,9 @@ var adminTypes = map[string]bool{
 
 // forbiddenField is the refusal of a write to a field.
 func forbiddenField(typ, path string, a Access) error {
+	if a == Fixed {
+		return fhir.Invalid(typ+"."+path+" cannot change", typ+"."+path)
+	}
 	if a == Hidden {
 		return fhir.Errorf(fhir.EForbidden, "Forbidden: %s.%s cannot be written", typ, path)
 	}

@@ -87,7 +87,7 @@ func rulesMarkdown() string {
 		b.WriteString("\n")
 	}
 	b.WriteString("| any other type |" + strings.Repeat(" all |", len(docRoles)) + "\n\n")
-	b.WriteString("| field | hidden from | read-only for | server-managed for |\n|---|---|---|---|\n")
+	b.WriteString("| field | hidden from | read-only for | fixed at creation for | server-managed for |\n|---|---|---|---|---|\n")
 	for _, r := range Rules {
 		if r.Field == "" {
 			continue
@@ -97,7 +97,7 @@ func rulesMarkdown() string {
 		if typ == "*" {
 			typ = "every type"
 		}
-		b.WriteString("| " + typ + " `" + r.Field + "` | " + cells[Hidden] + " | " + cells[ReadOnly] + " | " + cells[Managed] + " |\n")
+		b.WriteString("| " + typ + " `" + r.Field + "` | " + cells[Hidden] + " | " + cells[ReadOnly] + " | " + cells[Fixed] + " | " + cells[Managed] + " |\n")
 	}
 	return b.String()
 }

@@ -255,8 +255,9 @@ func (s *Service) Create(ctx context.Context, p *principal.Principal, res fhir.R
 		return nil, err
 	}
 	project := p.ProjectID
-	if p.SuperAdmin {
-		// A super admin may create into another project by naming it.
+	if p.Scope().All {
+		// A super admin (or the server) may create into another project by
+		// naming it.
 		if mp := res.MetaProject(); mp != "" {
 			if _, err := s.st.Read(ctx, store.AllProjects, "Project", mp); err != nil {
 				return nil, fhir.Invalid("Unknown meta.project: "+mp, "meta.project")

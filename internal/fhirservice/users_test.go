@@ -20,7 +20,7 @@ func TestUsersByEmail(t *testing.T) {
 		for _, e := range []string{"bob@example.com", "Ann@Example.org", "bob@example.co", "bob@example.com.au", "xbob@example.com"} {
 			ids[e] = su.Create(map[string]any{"resourceType": "User", "firstName": "B", "lastName": "Ob", "email": e})["id"].(string)
 		}
-		sys := principal.System(fhir.Reference{Reference: "system"})
+		sys := principal.System("", fhir.Reference{Reference: "system"})
 		for _, tc := range []struct {
 			email string
 			want  []string

@@ -46,14 +46,16 @@ type Principal struct {
 // System is the server acting by itself, or for a caller where the caller's
 // own rights do not reach once a use-case has decided that it may act: a
 // login's record and codes, a set-password link, the User and membership of
-// an invitation. It sees every project, and the FHIR service gives it the
-// role of the server (fhirservice.System): it reads and writes the
-// credentials no caller may (password hashes, login codes), and the
-// server-managed fields stay the server's. author is the meta.author of its
+// an invitation. The FHIR service gives it the role of the server
+// (fhirservice.System): it reads and writes the credentials no caller may
+// (password hashes, login codes), and the server-managed fields stay the
+// server's. With a projectID it sees and writes that project only (what it
+// creates is created there); with none, every project (what it creates
+// names its project in meta.project). author is the meta.author of its
 // writes: "system" when the server acts by itself, else the caller it acts
 // for.
-func System(author fhir.Reference) *Principal {
-	return &Principal{SuperAdmin: true, Admin: true, system: true, author: author}
+func System(projectID string, author fhir.Reference) *Principal {
+	return &Principal{ProjectID: projectID, SuperAdmin: true, Admin: true, system: true, author: author}
 }
 
 // IsSystem reports whether p is the server itself (System).
@@ -61,7 +63,7 @@ func (p *Principal) IsSystem() bool { return p.system }
 
 // Scope is the set of projects the principal may see.
 func (p *Principal) Scope() store.Scope {
-	if p.SuperAdmin {
+	if p.SuperAdmin && (!p.system || p.ProjectID == "") {
 		return store.AllProjects
 	}
 	return store.ProjectScope(p.ProjectID)
