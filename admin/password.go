@@ -2,6 +2,7 @@ package admin
 
 import (
 	"context"
+	"strings"
 	"time"
 
 	"github.com/sandbot/sandbot/fhir"
@@ -35,12 +36,24 @@ func (s *Service) deliver(ctx context.Context, msg smtpmail.Message, failure str
 	}
 }
 
-// RequestPasswordReset mails a one-time set-password link to the User with
-// this e-mail (the whole address, case aside: fhirservice UsersByEmail): the
-// server-scoped User, or with projectID the User scoped to that project. An unknown e-mail is not an error, so that the answer never
-// tells whether an account exists. The link works once, for as long as an
-// invitation's.
-func (s *Service) RequestPasswordReset(ctx context.Context, email, projectID string) error {
+// RequestPasswordReset is POST /auth/resetpassword, the web app's "Reset
+// Password" form: it mails a one-time set-password link to the User with
+// this e-mail (the whole address, case aside: fhirservice UsersByEmail), the
+// server-scoped User, or with projectID the User scoped to that project. An
+// unknown e-mail is not an error, so that the answer never tells whether an
+// account exists. The link works once, for as long as an invitation's.
+// Without send (the form's sendEmail false) it only checks the request.
+func (s *Service) RequestPasswordReset(ctx context.Context, email, projectID string, send bool) error {
+	email = strings.ToLower(strings.TrimSpace(email))
+	if len(email) < 3 || len(email) > 72 || !smtpmail.ValidAddress(email) {
+		return fhir.Invalid("Valid email address between 3 and 72 characters is required", "email")
+	}
+	if projectID != "" && !fhir.ValidID(projectID) {
+		return fhir.Invalid("Invalid projectId", "projectId")
+	}
+	if !send {
+		return nil
+	}
 	users, err := s.FHIR.UsersByEmail(ctx, principal.System("", system), email)
 	if err != nil {
 		return err

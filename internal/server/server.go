@@ -21,6 +21,7 @@ import (
 	"github.com/sandbot/sandbot/fhir"
 	"github.com/sandbot/sandbot/fhir/rest"
 	"github.com/sandbot/sandbot/internal/auth"
+	"github.com/sandbot/sandbot/internal/auth/authhttp"
 	"github.com/sandbot/sandbot/internal/fhirgraphql"
 	"github.com/sandbot/sandbot/internal/fhirservice"
 	"github.com/sandbot/sandbot/internal/httpx"
@@ -103,12 +104,13 @@ func New(ctx context.Context, cfg Config, st store.Store, reg *prometheus.Regist
 	}
 	s := &Server{Store: st, Bootstrap: boot, log: log}
 	s.Service = fhirservice.New(fhirservice.Config{Store: st, BaseURL: cfg.BaseURL, Limits: cfg.Limits})
-	s.Auth = auth.NewAuthenticator(st, s.Service, tokens, cfg.Limits, log)
+	s.Auth = auth.NewAuthenticator(st, s.Service, tokens)
+	authAPI := authhttp.New(s.Auth, cfg.Limits, log)
 	s.Jobs = jobs.New(jobs.Config{Store: st, Workers: int(cfg.Limits.JobWorkers), QueuePerProject: int(cfg.Limits.JobQueue),
 		Lease: time.Duration(cfg.Limits.JobLeaseSeconds) * time.Second, Log: log, Registerer: reg})
 	// The GraphQL schema is generated from the embedded definitions once per
 	// process, in the background from here.
-	s.FHIR = rest.New(rest.Config{Store: st, FHIR: s.Service, GraphQL: fhirgraphql.New(s.Service, cfg.Limits), Auth: s.Auth, BaseURL: cfg.BaseURL, Log: log,
+	s.FHIR = rest.New(rest.Config{Store: st, FHIR: s.Service, GraphQL: fhirgraphql.New(s.Service, cfg.Limits), Auth: s.Auth, Require: authAPI.Require, BaseURL: cfg.BaseURL, Log: log,
 		Limits: cfg.Limits, Runtime: cfg.Runtime, Registerer: reg, Jobs: s.Jobs})
 	// Every cache of the server hears of every change to what it keeps,
 	// whoever made it: this process (at commit, before the write returns)
@@ -136,7 +138,7 @@ func New(ctx context.Context, cfg Config, st store.Store, reg *prometheus.Regist
 	reg.MustRegister(inviteMailFailures)
 	s.Admin = &admin.Service{Store: st, FHIR: s.Service, Mail: mailer, BaseURL: cfg.AppBaseURL, Log: log, SuperProjectID: boot.ProjectID,
 		MailFailed: inviteMailFailures.Inc}
-	adminAPI := adminhttp.New(s.Admin, s.Auth, cfg.BaseURL, cfg.Limits, log)
+	adminAPI := adminhttp.New(s.Admin, authAPI.Require, cfg.BaseURL, cfg.Limits, log)
 	s.FHIR.AddRoutes(adminAPI.RegisterFHIR)
 
 	// Paths are not cleaned: a cleaned path would be answered with a
@@ -151,7 +153,7 @@ func New(ctx context.Context, cfg Config, st store.Store, reg *prometheus.Regist
 	api.Use(httpx.NewCORS(append([]string{httpx.OriginOf(cfg.AppBaseURL)}, cfg.CORSOrigins...)).Middleware)
 	api.Use(s.closeWhileDraining)
 	api.Use(httpx.ClientAddress(cfg.TrustedProxies))
-	api.Use(auth.NewRateLimiter(st, cfg.Limits, log).Middleware)
+	api.Use(authhttp.RateLimit(auth.NewRateLimiter(st, cfg.Limits), log))
 	api.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		httpx.WriteJSON(w, http.StatusOK, "application/json", map[string]any{"ok": true})
 	}).Methods(http.MethodGet)
@@ -163,9 +165,7 @@ func New(ctx context.Context, cfg Config, st store.Store, reg *prometheus.Regist
 		}
 		httpx.WriteJSON(w, status, "application/json", map[string]any{"ok": ok, "version": cfg.Version, cfg.Dialect: ok})
 	}).Methods(http.MethodGet)
-	s.Auth.Register(api)
-	s.Auth.RegisterLogins(api)
-	s.Auth.RegisterAccount(api)
+	authAPI.Register(api)
 	adminAPI.Register(api)
 	s.FHIR.Register(api)
 	// Last: anything unmatched is a 404 OperationOutcome, through the same
