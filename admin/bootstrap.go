@@ -9,6 +9,8 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/sandbot/sandbot/fhir"
+	"github.com/sandbot/sandbot/internal/fhirservice"
+	"github.com/sandbot/sandbot/internal/principal"
 	"github.com/sandbot/sandbot/store"
 )
 
@@ -59,22 +61,26 @@ func Bootstrap(ctx context.Context, s store.Store, clientID, secret string) (*Bo
 			res.Secret = secret
 		}
 		res.ClientID = clientID
-		system := store.Write{Project: projectID, Author: fhir.Reference{Reference: "system"}}
+		w := store.Write{Project: projectID, Author: system}
 		project := fhir.Resource{"resourceType": "Project", "name": "Super Admin", "superAdmin": true, "strictMode": true,
 			"owner": map[string]any{"reference": "ClientApplication/" + clientID}}
-		pw := system
+		pw := w
 		pw.ID = projectID
 		if _, err := tx.Create(ctx, project, pw); err != nil {
 			return fmt.Errorf("create super-admin project: %w", err)
 		}
-		cw := system
+		cw := w
 		cw.ID = clientID
 		client := fhir.Resource{"resourceType": "ClientApplication", "name": "Super Admin Client", "secret": secret,
 			"description": "Created at first start; super admin of the server."}
 		if _, err := tx.Create(ctx, client, cw); err != nil {
 			return fmt.Errorf("create super-admin client: %w", err)
 		}
-		_, err = tx.Create(ctx, NewMembership(projectID, "Super Admin", "ClientApplication/"+clientID, "ClientApplication/"+clientID, "Super Admin Client", true), system)
+		// The project and its client have the ids chosen above, which only
+		// the store lets a write choose; the membership is written as any
+		// other, by the server through the FHIR service.
+		m := NewMembership(projectID, "Super Admin", "ClientApplication/"+clientID, "ClientApplication/"+clientID, "Super Admin Client", true)
+		_, err = fhirservice.New(fhirservice.Config{Store: tx}).Create(ctx, principal.System(projectID, system), m)
 		return err
 	})
 	return res, err
@@ -102,7 +108,7 @@ func syncAdminClient(ctx context.Context, s store.Store, projectID, clientID, se
 	if cur.String("secret") == secret {
 		return nil
 	}
-	_, err = s.Update(ctx, store.AllProjects, "ClientApplication", clientID, store.Write{Author: fhir.Reference{Reference: "system"}},
+	_, err = fhirservice.New(fhirservice.Config{Store: s}).Modify(ctx, principal.System(projectID, system), "ClientApplication", clientID,
 		func(c fhir.Resource) (fhir.Resource, error) { c["secret"] = secret; return c, nil })
 	return err
 }

@@ -6,38 +6,12 @@ import (
 	"regexp"
 	"strings"
 
-	"golang.org/x/crypto/bcrypt"
-
 	"github.com/sandbot/sandbot/fhir"
-	"github.com/sandbot/sandbot/internal/fhirservice"
 	smtpmail "github.com/sandbot/sandbot/internal/mail"
+	"github.com/sandbot/sandbot/internal/password"
+	"github.com/sandbot/sandbot/internal/principal"
 	"github.com/sandbot/sandbot/store"
 )
-
-// Password rules, for the invite's password and the set-password endpoint
-// (internal/auth) alike.
-const (
-	MinPasswordLength = 8
-	// MaxPasswordBytes is bcrypt's input limit.
-	MaxPasswordBytes = 72
-)
-
-// CheckPassword validates a new password.
-func CheckPassword(pw string) error {
-	if len(pw) < MinPasswordLength {
-		return fhir.Invalid("Password must be at least 8 characters", "password")
-	}
-	if len(pw) > MaxPasswordBytes {
-		return fhir.Invalid("Password must be no more than 72 characters", "password")
-	}
-	return nil
-}
-
-// HashPassword hashes a password with bcrypt.
-func HashPassword(pw string) (string, error) {
-	h, err := bcrypt.GenerateFromPassword([]byte(pw), bcrypt.DefaultCost)
-	return string(h), err
-}
 
 // InviteRequest is the body of POST /admin/projects/:id/invite.
 type InviteRequest struct {
@@ -55,6 +29,9 @@ type InviteRequest struct {
 	ForceNewMembership bool
 	// Template is the membership template: the top-level admin, accessPolicy,
 	// access and externalId with the membership object spread over them.
+	// The invitation sets the membership's project, user and profile over
+	// it; the FHIR service's rules decide the rest (its id and meta are the
+	// server's, and an existing membership's project and user are fixed).
 	Template map[string]any
 	// ProfileRef is membership.profile, when given.
 	ProfileRef string
@@ -111,9 +88,9 @@ func ParseInvite(body map[string]any) (*InviteRequest, error) {
 		add("Either email or externalId is required")
 	}
 	if _, ok := body["password"]; ok {
-		if err := CheckPassword(req.Password); err != nil {
+		if err := password.Check(req.Password, "password"); err != nil {
 			e := err.(*fhir.Error)
-			add(e.Message, "password")
+			add(e.Message, e.Expression...)
 		}
 	}
 	switch req.Scope {
@@ -141,10 +118,9 @@ func ParseInvite(body map[string]any) (*InviteRequest, error) {
 			add("membership must be an object", "membership")
 		}
 		for k, v := range m {
-			switch k {
-			case "resourceType", "id", "meta", "project", "user":
-				continue
-			case "profile":
+			if k == "profile" {
+				// Which profile the membership is for, not a field to copy:
+				// the invitation finds or makes it.
 				pm, _ := v.(map[string]any)
 				req.ProfileRef, _ = pm["reference"].(string)
 				continue
@@ -196,7 +172,13 @@ func policyRefs(m map[string]any) []string {
 
 // Invite creates (or reuses) the User, creates (or reuses) the profile and
 // creates the membership, all in one transaction, then sends the invitation.
-// The answer is the membership; a mail failure does not change it.
+// The answer is the membership; a mail failure does not change it. Once
+// projectFor has decided that c may invite into pid, the User, its
+// set-password request and the membership, which c's role may not write
+// through /fhir/R4, are written through the FHIR service as the server
+// acting for c (principal.System): the service's rules decide their fields
+// (the membership's project and user are fixed, meta is the server's). The
+// profile is c's own create.
 func (s *Service) Invite(ctx context.Context, c Caller, pid string, req *InviteRequest) (*store.Record, error) {
 	_, project, err := s.projectFor(ctx, c, pid)
 	if err != nil {
@@ -205,7 +187,7 @@ func (s *Service) Invite(ctx context.Context, c Caller, pid string, req *InviteR
 	projectScoped := req.ProjectScoped()
 	var passwordHash string
 	if req.Password != "" {
-		if passwordHash, err = HashPassword(req.Password); err != nil {
+		if passwordHash, err = password.Hash(req.Password); err != nil {
 			return nil, err
 		}
 	}
@@ -218,6 +200,7 @@ func (s *Service) Invite(ctx context.Context, c Caller, pid string, req *InviteR
 	)
 	err = s.Store.InTx(ctx, func(tx store.Store) error {
 		out, newUser, userRef, requestID, linkSecret = nil, false, "", "", ""
+		svc := s.FHIR.WithStore(tx)
 		var user fhir.Resource
 		if req.Email != "" {
 			// Concurrent invitations of one e-mail would each find no User
@@ -225,7 +208,7 @@ func (s *Service) Invite(ctx context.Context, c Caller, pid string, req *InviteR
 			if err := tx.Lock(ctx, "user-email:"+req.Email); err != nil {
 				return err
 			}
-			users, err := store.SearchResources(ctx, tx, store.AllProjects, "User", "email:exact="+esc(req.Email)+"&_count=100")
+			users, err := svc.UsersByEmail(ctx, principal.System("", c.author()), req.Email)
 			if err != nil {
 				return err
 			}
@@ -268,16 +251,16 @@ func (s *Service) Invite(ctx context.Context, c Caller, pid string, req *InviteR
 				user["project"] = refDisplay("Project/"+pid, project.String("name"))
 				home = pid
 			}
-			rec, err := tx.Create(ctx, user, store.Write{Project: home, Author: c.author()})
+			rec, err := svc.Create(ctx, principal.System(home, c.author()), user)
 			if err != nil {
 				return err
 			}
 			user["id"] = rec.ID
 			if req.Email != "" && req.SendEmail {
-				linkSecret = randomToken(24)
+				linkSecret = password.NewSecret()
 				usr := fhir.Resource{"resourceType": "UserSecurityRequest", "type": "invite",
-					"user": ref("User/" + rec.ID), "secret": HashSecret(linkSecret), "used": false}
-				urec, err := tx.Create(ctx, usr, store.Write{Project: home, Author: system})
+					"user": ref("User/" + rec.ID), "secret": password.HashSecret(linkSecret), "used": false}
+				urec, err := svc.Create(ctx, principal.System(home, system), usr)
 				if err != nil {
 					return err
 				}
@@ -331,25 +314,25 @@ func (s *Service) Invite(ctx context.Context, c Caller, pid string, req *InviteR
 				if cur.Ref("profile") != profileRef {
 					return fhir.Errorf(fhir.EConflict, "User is already a member of this project with a different profile")
 				}
-				out, err = tx.Update(ctx, store.ProjectScope(pid), "ProjectMembership", cur.ID(), store.Write{Author: c.author()},
-					func(m fhir.Resource) (fhir.Resource, error) {
-						next := m.Clone()
-						for k, v := range tmpl {
-							next[k] = v
-						}
-						return next, fhirservice.ApplyFieldRules(c.Principal, "ProjectMembership", m, next, false)
-					})
+				out, err = svc.Modify(ctx, c.server(pid), "ProjectMembership", cur.ID(), func(m fhir.Resource) (fhir.Resource, error) {
+					for k, v := range tmpl {
+						m[k] = v
+					}
+					return m, nil
+				})
 				return err
 			}
 		}
-		m := NewMembership(pid, project.String("name"), userRef, profileRef, req.FirstName+" "+req.LastName, false)
+		// The template, under what the invitation itself decides: whose
+		// membership of which project, with which profile.
+		m := tmpl
+		for k, v := range NewMembership(pid, project.String("name"), userRef, profileRef, req.FirstName+" "+req.LastName, false) {
+			m[k] = v
+		}
 		if d := req.Email; d != "" {
 			m["user"] = refDisplay(userRef, d)
 		}
-		for k, v := range tmpl {
-			m[k] = v
-		}
-		out, err = tx.Create(ctx, m, store.Write{Project: pid, Author: c.author()})
+		out, err = svc.Create(ctx, c.server(pid), m)
 		return err
 	})
 	if err != nil {
@@ -362,7 +345,8 @@ func (s *Service) Invite(ctx context.Context, c Caller, pid string, req *InviteR
 }
 
 // inviteProfile reads membership.profile, reuses the project's profile of
-// that type with the e-mail, or creates one.
+// that type with the e-mail, or creates one as c (in pid, the project c
+// administers).
 func (s *Service) inviteProfile(ctx context.Context, tx store.Store, c Caller, pid string, req *InviteRequest) (fhir.Resource, error) {
 	if req.ProfileRef != "" {
 		typ, id, ok := fhir.SplitReference(req.ProfileRef)
@@ -412,7 +396,10 @@ func (s *Service) inviteProfile(ctx context.Context, tx store.Store, c Caller, p
 		}
 		prof["patient"] = ref(req.Patient)
 	}
-	rec, err := tx.Create(ctx, prof, store.Write{Project: pid, Author: c.author()})
+	// meta.project names pid for a super admin (a project admin's creates
+	// are in its own project, which pid is).
+	prof["meta"] = map[string]any{"project": pid}
+	rec, err := s.FHIR.WithStore(tx).Create(ctx, c.Principal, prof)
 	if err != nil {
 		return nil, err
 	}

@@ -9,6 +9,7 @@ import (
 
 	"github.com/sandbot/sandbot/fhir"
 	"github.com/sandbot/sandbot/internal/fhirservice"
+	"github.com/sandbot/sandbot/internal/principal"
 	"github.com/sandbot/sandbot/store"
 )
 
@@ -20,18 +21,9 @@ func (s *Service) Member(ctx context.Context, c Caller, pid, mid string) (*store
 	return s.Store.Read(ctx, store.ProjectScope(pid), "ProjectMembership", mid)
 }
 
-// memberUpdate is whether updateMember's fn replaces the membership (a
-// full update) or patches it.
-type memberUpdate bool
-
-const (
-	replaceMember memberUpdate = true
-	patchMember   memberUpdate = false
-)
-
 // UpdateMember replaces a membership (POST …/members/:mid). The body must be
-// that membership (403 otherwise); project and user cannot change (400);
-// missing project/user are kept.
+// that membership (403 otherwise); its project and user are fixed (the FHIR
+// service's rules: a change is 400, and left out they are kept).
 func (s *Service) UpdateMember(ctx context.Context, c Caller, pid, mid string, body fhir.Resource) (*store.Record, error) {
 	if _, _, err := s.projectFor(ctx, c, pid); err != nil {
 		return nil, err
@@ -39,23 +31,14 @@ func (s *Service) UpdateMember(ctx context.Context, c Caller, pid, mid string, b
 	if body.Type() != "ProjectMembership" || body.ID() != mid {
 		return nil, fhir.ErrForbidden
 	}
-	return s.updateMember(ctx, c, pid, mid, replaceMember, func(cur fhir.Resource) (fhir.Resource, error) {
-		next := body.Clone()
-		for _, f := range []string{"project", "user"} {
-			if _, ok := next[f]; !ok {
-				next[f] = cur[f]
-				continue
-			}
-			if next.Ref(f) != cur.Ref(f) {
-				return nil, fhir.Invalid("The "+f+" of a membership cannot change", f)
-			}
-			next[f] = cur[f]
-		}
-		return next, nil
+	return s.updateMember(ctx, c, pid, mid, func(svc *fhirservice.Service, server *principal.Principal) (*store.Record, error) {
+		return svc.Update(ctx, server, "ProjectMembership", mid, body, "")
 	})
 }
 
-// patchable are the membership fields a JSON Patch may touch.
+// patchable are the membership fields a JSON Patch of this endpoint may
+// touch (docs/decisions.md 3): what it is for, not what the FHIR service
+// lets be written (a full update may also change the profile).
 var patchable = map[string]bool{"admin": true, "accessPolicy": true, "access": true, "active": true, "externalId": true, "userName": true}
 
 // PatchMember applies a JSON Patch limited to replace/add/remove on the
@@ -81,62 +64,87 @@ func (s *Service) PatchMember(ctx context.Context, c Caller, pid, mid string, bo
 			return nil, fhir.Invalid("Patch operation "+o+" on "+path+" is not allowed: only replace, add and remove", "["+itoa(i)+"].op")
 		}
 	}
-	return s.updateMember(ctx, c, pid, mid, patchMember, func(cur fhir.Resource) (fhir.Resource, error) {
-		for i, op := range ops {
-			path := op["path"].(string)
-			name := strings.TrimPrefix(path, "/")
-			if op["op"] == "replace" && !strings.Contains(name, "/") {
-				if _, ok := cur[name]; !ok {
-					ops[i]["op"] = "add"
-				}
-			}
-			if op["op"] == "remove" && !strings.Contains(name, "/") {
-				if _, ok := cur[name]; !ok {
-					// Removing what is not there leaves the membership as it is.
-					ops[i] = map[string]any{"op": "test", "path": "/resourceType", "value": "ProjectMembership"}
-				}
-			}
-		}
-		raw, _ := json.Marshal(ops)
-		patch, err := jsonpatch.DecodePatch(raw)
-		if err != nil {
-			return nil, fhir.Invalid("Invalid patch body")
-		}
-		doc, err := cur.Marshal()
-		if err != nil {
-			return nil, err
-		}
-		out, err := patch.Apply(doc)
-		if err != nil {
-			return nil, fhir.Invalid("Invalid patch: " + err.Error())
-		}
-		return fhir.ParseResource(out)
+	return s.updateMember(ctx, c, pid, mid, func(svc *fhirservice.Service, server *principal.Principal) (*store.Record, error) {
+		return svc.Modify(ctx, server, "ProjectMembership", mid, func(cur fhir.Resource) (fhir.Resource, error) {
+			return applyMemberPatch(cur, ops)
+		})
 	})
 }
 
-// updateMember writes a membership through fn, under this use-case's rules
-// (validateMember) and the field rules of the FHIR service's table.
-func (s *Service) updateMember(ctx context.Context, c Caller, pid, mid string, how memberUpdate, fn store.UpdateFunc) (*store.Record, error) {
-	var out *store.Record
-	err := s.Store.InTx(ctx, func(tx store.Store) error {
-		var err error
-		out, err = tx.Update(ctx, store.ProjectScope(pid), "ProjectMembership", mid, store.Write{Author: c.author()},
-			func(cur fhir.Resource) (fhir.Resource, error) {
-				next, err := fn(cur.Clone())
-				if err != nil {
-					return nil, err
-				}
-				if err := fhirservice.ApplyFieldRules(c.Principal, "ProjectMembership", cur, next, bool(how)); err != nil {
-					return nil, err
-				}
-				return next, validateMember(ctx, tx, pid, cur, next)
-			})
-		return err
-	})
+// applyMemberPatch applies PatchMember's checked operations to cur, where a
+// replace of a missing field acts as an add and a remove of one does
+// nothing (docs/decisions.md 3).
+func applyMemberPatch(cur fhir.Resource, ops []map[string]any) (fhir.Resource, error) {
+	run := make([]map[string]any, len(ops))
+	for i, op := range ops {
+		run[i] = op
+		name := strings.TrimPrefix(op["path"].(string), "/")
+		if strings.Contains(name, "/") {
+			continue
+		}
+		if _, ok := cur[name]; ok {
+			continue
+		}
+		switch op["op"] {
+		case "replace":
+			run[i] = map[string]any{"op": "add", "path": op["path"], "value": op["value"]}
+		case "remove":
+			// Removing what is not there leaves the membership as it is.
+			run[i] = map[string]any{"op": "test", "path": "/resourceType", "value": "ProjectMembership"}
+		}
+	}
+	raw, _ := json.Marshal(run)
+	patch, err := jsonpatch.DecodePatch(raw)
+	if err != nil {
+		return nil, fhir.Invalid("Invalid patch body")
+	}
+	doc, err := cur.Marshal()
 	if err != nil {
 		return nil, err
 	}
-	return out, nil
+	out, err := patch.Apply(doc)
+	if err != nil {
+		return nil, fhir.Invalid("Invalid patch: " + err.Error())
+	}
+	return fhir.ParseResource(out)
+}
+
+// updateMember changes a membership of pid by write, which makes the change
+// through the FHIR service as the server acting for c (its rules: the
+// membership's project and user are fixed, meta is the server's), and checks
+// what was written against this use-case's rules (validateMember), all in
+// one transaction.
+func (s *Service) updateMember(ctx context.Context, c Caller, pid, mid string, write func(svc *fhirservice.Service, server *principal.Principal) (*store.Record, error)) (*store.Record, error) {
+	var out *store.Record
+	err := s.Store.InTx(ctx, func(tx store.Store) error {
+		cur, err := readResource(ctx, tx, store.ProjectScope(pid), "ProjectMembership", mid)
+		if err != nil {
+			return err
+		}
+		rec, err := write(s.FHIR.WithStore(tx), c.server(pid))
+		if err != nil {
+			return err
+		}
+		next, err := rec.Resource()
+		if err != nil {
+			return err
+		}
+		if err := validateMember(ctx, tx, pid, cur, next); err != nil {
+			return err
+		}
+		out = rec
+		return nil
+	})
+	return out, err
+}
+
+// readResource reads typ/id as a resource.
+func readResource(ctx context.Context, st store.Store, scope store.Scope, typ, id string) (fhir.Resource, error) {
+	rec, err := st.Read(ctx, scope, typ, id)
+	if err != nil {
+		return nil, err
+	}
+	return rec.Resource()
 }
 
 // validateMember checks an updated membership: a profile of the project of a
@@ -192,18 +200,16 @@ func validateMember(ctx context.Context, tx store.Store, pid string, cur, next f
 
 // DeleteMember removes a membership, never the profile. The User goes too
 // when it is scoped to this project and this was its last membership. The
-// owner's membership cannot be deleted.
+// owner's membership cannot be deleted. Both deletions are the server's for
+// c, through the FHIR service.
 func (s *Service) DeleteMember(ctx context.Context, c Caller, pid, mid string) error {
 	_, project, err := s.projectFor(ctx, c, pid)
 	if err != nil {
 		return err
 	}
 	err = s.Store.InTx(ctx, func(tx store.Store) error {
-		rec, err := tx.Read(ctx, store.ProjectScope(pid), "ProjectMembership", mid)
-		if err != nil {
-			return err
-		}
-		m, err := rec.Resource()
+		svc := s.FHIR.WithStore(tx)
+		m, err := readResource(ctx, tx, store.ProjectScope(pid), "ProjectMembership", mid)
 		if err != nil {
 			return err
 		}
@@ -211,22 +217,18 @@ func (s *Service) DeleteMember(ctx context.Context, c Caller, pid, mid string) e
 		if owner := project.Ref("owner"); owner != "" && owner == userRef {
 			return fhir.Invalid("Cannot delete the owner of the project")
 		}
-		if err := tx.Delete(ctx, store.ProjectScope(pid), "ProjectMembership", mid, store.Write{Author: c.author()}); err != nil {
+		if err := svc.Delete(ctx, c.server(pid), "ProjectMembership", mid, ""); err != nil {
 			return err
 		}
 		typ, uid, _ := fhir.SplitReference(userRef)
 		if typ != "User" {
 			return nil
 		}
-		urec, err := tx.Read(ctx, store.AllProjects, "User", uid)
+		u, err := readResource(ctx, tx, store.AllProjects, "User", uid)
 		if err != nil {
 			if fhir.IsCode(err, fhir.ENotFound) || fhir.IsCode(err, fhir.EGone) {
 				return nil
 			}
-			return err
-		}
-		u, err := urec.Resource()
-		if err != nil {
 			return err
 		}
 		if u.Ref("project") != "Project/"+pid {
@@ -239,7 +241,8 @@ func (s *Service) DeleteMember(ctx context.Context, c Caller, pid, mid string) e
 		if len(others) > 0 {
 			return nil
 		}
-		return tx.Delete(ctx, store.AllProjects, "User", uid, store.Write{Author: c.author()})
+		// A project-scoped User lives in its project.
+		return svc.Delete(ctx, c.server(pid), "User", uid, "")
 	})
 	return err
 }

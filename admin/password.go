@@ -2,11 +2,13 @@ package admin
 
 import (
 	"context"
+	"strings"
 	"time"
 
 	"github.com/sandbot/sandbot/fhir"
 	smtpmail "github.com/sandbot/sandbot/internal/mail"
-	"github.com/sandbot/sandbot/store"
+	"github.com/sandbot/sandbot/internal/password"
+	"github.com/sandbot/sandbot/internal/principal"
 )
 
 // setPasswordLink is the web app's set-password page for a
@@ -34,13 +36,25 @@ func (s *Service) deliver(ctx context.Context, msg smtpmail.Message, failure str
 	}
 }
 
-// RequestPasswordReset mails a one-time set-password link to the User with
-// this e-mail: the server-scoped User, or with projectID the User scoped to
-// that project. An unknown e-mail is not an error, so that the answer never
-// tells whether an account exists. The link works once, for as long as an
-// invitation's.
-func (s *Service) RequestPasswordReset(ctx context.Context, email, projectID string) error {
-	users, err := store.SearchResources(ctx, s.Store, store.AllProjects, "User", "email="+esc(email)+"&_count=100")
+// RequestPasswordReset is POST /auth/resetpassword, the web app's "Reset
+// Password" form: it mails a one-time set-password link to the User with
+// this e-mail (the whole address, case aside: fhirservice UsersByEmail), the
+// server-scoped User, or with projectID the User scoped to that project. An
+// unknown e-mail is not an error, so that the answer never tells whether an
+// account exists. The link works once, for as long as an invitation's.
+// Without send (the form's sendEmail false) it only checks the request.
+func (s *Service) RequestPasswordReset(ctx context.Context, email, projectID string, send bool) error {
+	email = strings.ToLower(strings.TrimSpace(email))
+	if len(email) < 3 || len(email) > 72 || !smtpmail.ValidAddress(email) {
+		return fhir.Invalid("Valid email address between 3 and 72 characters is required", "email")
+	}
+	if projectID != "" && !fhir.ValidID(projectID) {
+		return fhir.Invalid("Invalid projectId", "projectId")
+	}
+	if !send {
+		return nil
+	}
+	users, err := s.FHIR.UsersByEmail(ctx, principal.System("", system), email)
 	if err != nil {
 		return err
 	}
@@ -58,13 +72,10 @@ func (s *Service) RequestPasswordReset(ctx context.Context, email, projectID str
 	if user == nil {
 		return nil
 	}
-	rec, err := s.Store.Read(ctx, store.AllProjects, "User", user.ID())
-	if err != nil {
-		return err
-	}
-	secret := randomToken(24)
-	req, err := s.Store.Create(ctx, fhir.Resource{"resourceType": "UserSecurityRequest", "type": "reset",
-		"user": ref("User/" + user.ID()), "secret": HashSecret(secret), "used": false}, store.Write{Project: rec.Project, Author: system})
+	// The request lives with the User, in its home project.
+	secret := password.NewSecret()
+	req, err := s.FHIR.Create(ctx, principal.System(user.MetaProject(), system), fhir.Resource{"resourceType": "UserSecurityRequest", "type": "reset",
+		"user": ref("User/" + user.ID()), "secret": password.HashSecret(secret), "used": false})
 	if err != nil {
 		return err
 	}

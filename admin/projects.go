@@ -4,9 +4,9 @@ import (
 	"context"
 	"strings"
 
-	"github.com/google/uuid"
-
 	"github.com/sandbot/sandbot/fhir"
+	"github.com/sandbot/sandbot/internal/fhirservice"
+	"github.com/sandbot/sandbot/internal/principal"
 	"github.com/sandbot/sandbot/store"
 )
 
@@ -29,7 +29,8 @@ func (s *Service) CreateProject(ctx context.Context, c Caller, project fhir.Reso
 // InitProject is Project/$init: a Project owned by the caller (when it is a
 // User) or by the named owner, its default ClientApplication with its
 // membership, and the owner's Practitioner with an admin membership, in one
-// transaction. A ClientApplication caller must be super admin.
+// transaction, written through the FHIR service by the server for the
+// caller. A ClientApplication caller must be super admin.
 func (s *Service) InitProject(ctx context.Context, c Caller, name, ownerRef string) (*store.Record, error) {
 	if err := c.MayInitProject(); err != nil {
 		return nil, err
@@ -61,28 +62,28 @@ func (s *Service) InitProject(ctx context.Context, c Caller, name, ownerRef stri
 		}
 	}
 	var out *store.Record
-	err := s.Store.InTx(ctx, func(tx store.Store) error {
-		pid := uuid.NewString()
-		w := store.Write{Project: pid, Author: c.author()}
+	err := s.FHIR.InTx(ctx, func(tx *fhirservice.Service) error {
+		// The caller has no rights in a project that does not exist yet:
+		// the server creates it for the caller, and everything in it.
 		project := fhir.Resource{"resourceType": "Project", "name": name, "strictMode": true}
 		if owner != nil {
 			project["owner"] = ref(ownerRef)
 		}
-		pw := w
-		pw.ID = pid
-		rec, err := tx.Create(ctx, project, pw)
+		rec, err := tx.Create(ctx, principal.System("", c.author()), project)
 		if err != nil {
 			return err
 		}
 		out = rec
+		pid := rec.ID
+		server := c.server(pid)
 		client := fhir.Resource{"resourceType": "ClientApplication", "name": name + " Default Client",
 			"description": "Default client for " + name, "secret": NewSecret()}
-		crec, err := tx.Create(ctx, client, w)
+		crec, err := tx.Create(ctx, server, client)
 		if err != nil {
 			return err
 		}
 		cref := "ClientApplication/" + crec.ID
-		if _, err := tx.Create(ctx, NewMembership(pid, name, cref, cref, name+" Default Client", false), w); err != nil {
+		if _, err := tx.Create(ctx, server, NewMembership(pid, name, cref, cref, name+" Default Client", false)); err != nil {
 			return err
 		}
 		if owner != nil {
@@ -91,12 +92,12 @@ func (s *Service) InitProject(ctx context.Context, c Caller, name, ownerRef stri
 			if e := owner.String("email"); e != "" {
 				prof["telecom"] = []any{map[string]any{"system": "email", "use": "work", "value": e}}
 			}
-			prec, err := tx.Create(ctx, prof, w)
+			prec, err := tx.Create(ctx, server, prof)
 			if err != nil {
 				return err
 			}
 			m := NewMembership(pid, name, ownerRef, "Practitioner/"+prec.ID, strings.TrimSpace(owner.String("firstName")+" "+owner.String("lastName")), true)
-			if _, err := tx.Create(ctx, m, w); err != nil {
+			if _, err := tx.Create(ctx, server, m); err != nil {
 				return err
 			}
 		}
@@ -204,12 +205,13 @@ func (s *Service) createWithMembership(ctx context.Context, c Caller, pid string
 	var out *store.Record
 	err := s.Store.InTx(ctx, func(tx store.Store) error {
 		// The resource is the caller's write, under the FHIR service's
-		// rules; its membership is this use-case's.
-		w := store.Write{Project: pid, Author: c.author()}
+		// rules; its membership is this use-case's, which the server
+		// writes for the caller.
+		svc := s.FHIR.WithStore(tx)
 		// meta.project names the project (a super admin may name any; for
 		// anyone else the service keeps it to their own, which is pid).
 		res["meta"] = map[string]any{"project": pid}
-		rec, err := s.FHIR.WithStore(tx).Create(ctx, c.Principal, res)
+		rec, err := svc.Create(ctx, c.Principal, res)
 		if err != nil {
 			return err
 		}
@@ -224,7 +226,7 @@ func (s *Service) createWithMembership(ctx context.Context, c Caller, pid string
 			}
 			m["accessPolicy"] = ref(pr)
 		}
-		_, err = tx.Create(ctx, m, w)
+		_, err = svc.Create(ctx, c.server(pid), m)
 		return err
 	})
 	if err != nil {

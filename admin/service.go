@@ -2,10 +2,6 @@ package admin
 
 import (
 	"context"
-	"crypto/rand"
-	"crypto/sha256"
-	"encoding/base64"
-	"encoding/hex"
 	"log/slog"
 	"strings"
 
@@ -21,6 +17,12 @@ import (
 type Caller struct{ *principal.Principal }
 
 func (c Caller) author() fhir.Reference { return c.Author() }
+
+// server is the server acting for c in project pid, once a use-case has
+// decided that c may act there: for the writes c's own role may not make
+// through /fhir/R4 (Users, memberships), under the FHIR service's rules for
+// the server, recorded as c's.
+func (c Caller) server(pid string) *principal.Principal { return principal.System(pid, c.author()) }
 
 // MayCreateProject is the rule of POST /admin/Project: super admins only
 // (docs/decisions.md 1).
@@ -100,20 +102,6 @@ func (s *Service) projectFor(ctx context.Context, c Caller, id string) (*store.R
 		return nil, nil, err
 	}
 	return rec, p, nil
-}
-
-// randomToken returns a URL-safe random string of n bytes of entropy.
-func randomToken(n int) string {
-	b := make([]byte, n)
-	rand.Read(b)
-	return base64.RawURLEncoding.EncodeToString(b)
-}
-
-// HashSecret is how secrets that are presented once are stored: set-password
-// links here, login codes and refresh tokens in internal/auth.
-func HashSecret(secret string) string {
-	sum := sha256.Sum256([]byte(secret))
-	return hex.EncodeToString(sum[:])
 }
 
 func ref(r string) map[string]any { return map[string]any{"reference": r} }

@@ -19,30 +19,30 @@ import (
 
 	"github.com/sandbot/sandbot/admin"
 	"github.com/sandbot/sandbot/fhir"
-	"github.com/sandbot/sandbot/internal/auth"
 	"github.com/sandbot/sandbot/internal/fhirservice"
 	"github.com/sandbot/sandbot/internal/httpx"
 	"github.com/sandbot/sandbot/internal/principal"
 	"github.com/sandbot/sandbot/limits"
-	"github.com/sandbot/sandbot/store"
 )
 
 // Handler serves the admin API.
 type Handler struct {
-	svc     *admin.Service
-	auth    *auth.Authenticator
+	svc *admin.Service
+	// require authenticates the /admin routes (authhttp's Require).
+	require func(http.Handler) http.Handler
 	log     *slog.Logger
 	base    string
 	maxJSON int64
 }
 
-// New builds the handler. baseURL ends in "/"; bodies are bounded by
-// lim.JSONBodyBytes (zero: the default).
-func New(svc *admin.Service, a *auth.Authenticator, baseURL string, lim limits.Limits, log *slog.Logger) *Handler {
+// New builds the handler; require is the middleware that authenticates a
+// route and puts its principal in the context. baseURL ends in "/"; bodies
+// are bounded by lim.JSONBodyBytes (zero: the default).
+func New(svc *admin.Service, require func(http.Handler) http.Handler, baseURL string, lim limits.Limits, log *slog.Logger) *Handler {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &Handler{svc: svc, auth: a, log: log, base: baseURL, maxJSON: lim.WithDefaults().JSONBodyBytes}
+	return &Handler{svc: svc, require: require, log: log, base: baseURL, maxJSON: lim.WithDefaults().JSONBodyBytes}
 }
 
 // Register mounts /admin/... and POST /auth/resetpassword (which mails a
@@ -50,7 +50,7 @@ func New(svc *admin.Service, a *auth.Authenticator, baseURL string, lim limits.L
 func (h *Handler) Register(r *mux.Router) {
 	r.HandleFunc("/auth/resetpassword", h.resetPassword).Methods(http.MethodPost)
 	ad := r.PathPrefix("/admin").Subrouter()
-	ad.Use(h.auth.Require)
+	ad.Use(h.require)
 	ad.HandleFunc("/Project", h.createProject).Methods(http.MethodPost)
 	ad.HandleFunc("/Project/", h.createProject).Methods(http.MethodPost)
 	// Every /admin/projects route is for administrators: others get 403
@@ -102,7 +102,7 @@ func (h *Handler) object(r *http.Request) (map[string]any, error) {
 
 // writeRecord answers with a record as the caller may see it (the FHIR
 // service's table decides what is hidden).
-func (h *Handler) writeRecord(w http.ResponseWriter, r *http.Request, status int, rec *store.Record) {
+func (h *Handler) writeRecord(w http.ResponseWriter, r *http.Request, status int, rec *fhir.Record) {
 	body, err := fhirservice.Present(principal.FromContext(r.Context()), rec)
 	if err != nil {
 		h.fail(w, r, err)
@@ -117,7 +117,7 @@ func (h *Handler) writeRecord(w http.ResponseWriter, r *http.Request, status int
 }
 
 // answer writes what a use-case returned: rec with status, or its error.
-func (h *Handler) answer(w http.ResponseWriter, r *http.Request, status int, rec *store.Record, err error) {
+func (h *Handler) answer(w http.ResponseWriter, r *http.Request, status int, rec *fhir.Record, err error) {
 	if err != nil {
 		h.fail(w, r, err)
 		return
@@ -210,7 +210,7 @@ func (h *Handler) createBot(w http.ResponseWriter, r *http.Request) {
 	h.createWith(w, r, h.svc.CreateBot)
 }
 
-func (h *Handler) createWith(w http.ResponseWriter, r *http.Request, fn func(context.Context, admin.Caller, string, map[string]any) (*store.Record, error)) {
+func (h *Handler) createWith(w http.ResponseWriter, r *http.Request, fn func(context.Context, admin.Caller, string, map[string]any) (*fhir.Record, error)) {
 	c := caller(r)
 	m, err := h.object(r)
 	if err != nil {

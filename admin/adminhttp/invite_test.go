@@ -187,6 +187,26 @@ func TestInviteMembershipTemplate(t *testing.T) {
 		if m["admin"] != false || ref(m, "accessPolicy") != "AccessPolicy/"+id(pol) {
 			t.Fatalf("membership template must win: %v", m)
 		}
+		// The invitation decides whose membership of which project it is,
+		// whatever the template says; the server writes it for the caller.
+		body = inviteBody("Practitioner", "T", "Four", "t4@example.com")
+		body["membership"] = map[string]any{"project": map[string]any{"reference": "Project/" + b.ProjectID},
+			"user": map[string]any{"reference": "User/00000000-0000-0000-0000-000000000000"}, "id": "x", "meta": map[string]any{"project": b.ProjectID}}
+		m4 := expect(t, ca.Do("POST", path, body, ""), 200, "template with project and user")
+		if ref(m4, "project") != "Project/"+a.ProjectID || !strings.HasPrefix(ref(m4, "user"), "User/") || ref(m4, "user") == "User/00000000-0000-0000-0000-000000000000" ||
+			id(m4) == "x" || m4["meta"].(map[string]any)["project"] != a.ProjectID {
+			t.Fatalf("the invitation's own project and user: %v", m4)
+		}
+		if author := m4["meta"].(map[string]any)["author"].(map[string]any)["reference"]; author != a.Profile {
+			t.Fatalf("membership author %v, want the inviting %s", author, a.Profile)
+		}
+		// An existing membership's project is fixed: an upsert cannot move it.
+		body["upsert"] = true
+		delete(body["membership"].(map[string]any), "user")
+		delete(body["membership"].(map[string]any), "id")
+		if r := expect2(t, ca.Do("POST", path, body, ""), 400); !strings.Contains(r.Issue(), "cannot change") {
+			t.Fatalf("upsert moving the membership: %s", r.Body)
+		}
 		// Top-level admin alone.
 		body = inviteBody("Practitioner", "T", "Two", "t2@example.com")
 		body["admin"] = true

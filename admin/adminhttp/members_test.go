@@ -1,6 +1,7 @@
 package adminhttp_test
 
 import (
+	"reflect"
 	"strings"
 	"testing"
 
@@ -48,6 +49,23 @@ func TestMemberUpdateAndPatch(t *testing.T) {
 		noProfile := clone(got)
 		delete(noProfile, "profile")
 		expect(t, ca.Do("POST", path, noProfile, ""), 400, "no profile")
+		// Left out, or the same reference without its display: kept as stored.
+		noProject := clone(got)
+		delete(noProject, "project")
+		noProject["user"] = map[string]any{"reference": ref(got, "user")}
+		kept := expect(t, ca.Do("POST", path, noProject, ""), 200, "project left out")
+		if !reflectEqual(kept["project"], got["project"]) || !reflectEqual(kept["user"], got["user"]) {
+			t.Fatalf("project and user not kept: %v, was %v", kept, got)
+		}
+		// The membership's project and user are fixed for super admins too,
+		// through /fhir/R4 as through the admin API (docs/decisions.md 4).
+		su := as(t, s, s.SuperAdmin(t).Token)
+		if r := expect2(t, su.Do("PUT", "fhir/R4/ProjectMembership/"+id(m), chProject, ""), 400); !strings.Contains(r.Issue(), "cannot change") {
+			t.Fatalf("super admin moves a membership: %s", r.Body)
+		}
+		if r := expect2(t, su.Do("POST", path, chUser, ""), 400); !strings.Contains(r.Issue(), "cannot change") {
+			t.Fatalf("super admin changes a membership's user: %s", r.Body)
+		}
 
 		// PATCH: replace of a missing field acts as add (docs/decisions.md 3).
 		m2 := expect(t, ca.Do("POST", "admin/projects/"+a.ProjectID+"/invite", inviteBody("Practitioner", "Pa", "Tch", "patch@example.com"), ""), 200, "invite 2")
@@ -81,6 +99,8 @@ func TestMemberUpdateAndPatch(t *testing.T) {
 		}
 	})
 }
+
+func reflectEqual(a, b any) bool { return reflect.DeepEqual(a, b) }
 
 func clone(m map[string]any) map[string]any {
 	out := map[string]any{}

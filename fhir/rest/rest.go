@@ -32,7 +32,10 @@ type Config struct {
 	FHIR *fhirservice.Service
 	// GraphQL answers $graphql; nil answers it 404.
 	GraphQL *fhirgraphql.Engine
-	Auth    *auth.Authenticator
+	// Auth resolves a job's submitter again when the job runs.
+	Auth *auth.Authenticator
+	// Require authenticates every /fhir/R4 route (authhttp's middleware).
+	Require func(http.Handler) http.Handler
 	// BaseURL is the server's public base URL, ending in "/".
 	BaseURL string
 	Log     *slog.Logger
@@ -92,7 +95,7 @@ var restRoutes = []struct {
 func (h *Handler) Register(r *mux.Router) {
 	r.HandleFunc("/fhir/R4/metadata", h.metadata).Methods(http.MethodGet)
 	api := r.PathPrefix("/fhir/R4").Subrouter()
-	api.Use(h.cfg.Auth.Require)
+	api.Use(h.cfg.Require)
 	for _, fn := range h.extra {
 		fn(api)
 	}

@@ -10,9 +10,49 @@ import (
 	"github.com/sandbot/sandbot/store"
 )
 
-// The parts of GET /auth/me that the web app builds its pages from: the
-// user configuration (the sidebar menu) and, for users, the security page's
-// sessions. Shapes as the reference's auth/me.
+// GET /auth/me: the caller's project, membership and profile, and what the
+// web app builds its pages from: the user configuration (the sidebar menu)
+// and, for users, the security page's sessions. Shapes as the reference's
+// auth/me.
+
+// Me is the answer of GET /auth/me for p.
+func (a *Authenticator) Me(ctx context.Context, p *principal.Principal) (map[string]any, error) {
+	typ, id, _ := fhir.SplitReference(p.Profile)
+	profile, err := a.store.Read(ctx, store.AllProjects, typ, id)
+	if err != nil {
+		return nil, err
+	}
+	prof, err := profile.Resource()
+	if err != nil {
+		return nil, err
+	}
+	delete(prof, "secret")
+	project := map[string]any{"resourceType": "Project", "id": p.ProjectID, "name": p.Project["name"],
+		"strictMode": p.Project["strictMode"], "superAdmin": p.SuperAdmin}
+	if d, ok := p.Project["description"]; ok {
+		project["description"] = d
+	}
+	membership := map[string]any{"resourceType": "ProjectMembership", "id": p.MembershipID(),
+		"user": p.Membership["user"], "profile": p.Membership["profile"], "admin": p.Admin}
+	config, err := a.userConfiguration(ctx, p)
+	if err != nil {
+		return nil, err
+	}
+	me := map[string]any{
+		"project":    project,
+		"membership": membership,
+		"profile":    prof,
+		"config":     config,
+	}
+	sec, err := a.security(ctx, p)
+	if err != nil {
+		return nil, err
+	}
+	if sec != nil {
+		me["security"] = sec
+	}
+	return me, nil
+}
 
 // sessionWindow is how far back a login counts as a session on the security
 // page (the reference lists the logins updated within the last hour).

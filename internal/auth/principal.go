@@ -5,16 +5,13 @@ import (
 	"crypto/sha256"
 	"crypto/subtle"
 	"encoding/base64"
-	"log/slog"
-	"net/http"
 	"strings"
 	"sync"
 	"time"
 
 	"github.com/sandbot/sandbot/fhir"
-	"github.com/sandbot/sandbot/internal/httpx"
+	"github.com/sandbot/sandbot/internal/fhirservice"
 	"github.com/sandbot/sandbot/internal/principal"
-	"github.com/sandbot/sandbot/limits"
 	"github.com/sandbot/sandbot/store"
 )
 
@@ -29,14 +26,17 @@ type cached struct {
 	expires time.Time
 }
 
-// Authenticator resolves credentials to principals.
+// Authenticator resolves credentials to principals, and runs the logins,
+// grants and account operations.
 type Authenticator struct {
-	store  store.Store
+	// store is read for what principals are made of (logins, memberships,
+	// clients, projects).
+	store store.Store
+	// fhir writes what auth keeps (Logins, Users' passwords, set-password
+	// requests) and finds accounts by e-mail, as the server under the FHIR
+	// service's rules.
+	fhir   *fhirservice.Service
 	tokens *Tokens
-	log    *slog.Logger
-	// maxBody bounds the bodies of the token, login, profile and
-	// set-password endpoints.
-	maxBody int64
 
 	mu    sync.Mutex
 	cache map[string]cached
@@ -45,11 +45,14 @@ type Authenticator struct {
 	gen uint64
 }
 
-// NewAuthenticator builds an authenticator; its endpoints' bodies are
-// bounded by lim.AuthBodyBytes (zero: the default).
-func NewAuthenticator(s store.Store, t *Tokens, lim limits.Limits, log *slog.Logger) *Authenticator {
-	return &Authenticator{store: s, tokens: t, log: log, maxBody: lim.WithDefaults().AuthBodyBytes, cache: map[string]cached{}}
+// NewAuthenticator builds an authenticator over the store and the FHIR
+// service on it.
+func NewAuthenticator(s store.Store, svc *fhirservice.Service, t *Tokens) *Authenticator {
+	return &Authenticator{store: s, fhir: svc, tokens: t, cache: map[string]cached{}}
 }
+
+// system is the meta.author of what the server writes by itself.
+var system = fhir.Reference{Reference: "system"}
 
 // Tokens is the token signer.
 func (a *Authenticator) Tokens() *Tokens { return a.tokens }
@@ -132,23 +135,31 @@ func (a *Authenticator) Changed(changes []store.Change) {
 	a.mu.Unlock()
 }
 
-// Authenticate resolves the Authorization header; fhir.ErrUnauthorized when
-// it is missing or wrong.
-func (a *Authenticator) Authenticate(r *http.Request) (*principal.Principal, error) {
-	h := r.Header.Get("Authorization")
-	scheme, cred, _ := strings.Cut(h, " ")
+// Authenticate resolves the value of an Authorization header (Bearer or
+// Basic); fhir.ErrUnauthorized when it is missing or wrong, or the store's
+// error when it could not be checked.
+func (a *Authenticator) Authenticate(ctx context.Context, authorization string) (*principal.Principal, error) {
+	scheme, cred, _ := strings.Cut(authorization, " ")
 	cred = strings.TrimSpace(cred)
+	var p *principal.Principal
+	var err error
 	switch strings.ToLower(scheme) {
 	case "bearer":
-		return a.fromToken(r.Context(), cred)
+		p, err = a.fromToken(ctx, cred)
 	case "basic":
 		id, secret, ok := DecodeBasic(cred)
 		if !ok {
 			return nil, fhir.ErrUnauthorized
 		}
-		return a.ClientPrincipal(r.Context(), id, secret)
+		p, err = a.ClientPrincipal(ctx, id, secret)
+	default:
+		return nil, fhir.ErrUnauthorized
 	}
-	return nil, fhir.ErrUnauthorized
+	if isClientError(err) {
+		// A client without a membership is no caller either.
+		return nil, fhir.ErrUnauthorized
+	}
+	return p, err
 }
 
 // DecodeBasic decodes the credentials of a Basic header.
@@ -349,24 +360,6 @@ func (a *Authenticator) clientMembership(ctx context.Context, client fhir.Resour
 // principalFor loads a membership and its project.
 func (a *Authenticator) principalFor(ctx context.Context, membershipID string) (*principal.Principal, error) {
 	return principal.ForMembership(ctx, a.store, membershipID)
-}
-
-// Require is middleware that answers 401 unless the request authenticates,
-// and puts the principal in the request context. (The server marks every
-// authenticated route's answers no-store.)
-func (a *Authenticator) Require(next http.Handler) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		p, err := a.Authenticate(r)
-		if err != nil {
-			if !fhir.IsCode(err, fhir.EUnauthorized) && !isClientError(err) {
-				httpx.WriteError(w, r, a.log, err)
-				return
-			}
-			httpx.WriteError(w, r, a.log, fhir.ErrUnauthorized)
-			return
-		}
-		next.ServeHTTP(w, r.WithContext(principal.NewContext(r.Context(), p)))
-	})
 }
 
 func isClientError(err error) bool { _, ok := err.(*ClientError); return ok }

@@ -1,25 +1,20 @@
 package auth
 
 import (
-	"log/slog"
-	"net/http"
-	"strconv"
-	"strings"
+	"context"
 	"sync"
 	"time"
 
-	"github.com/sandbot/sandbot/fhir"
-	"github.com/sandbot/sandbot/internal/httpx"
 	"github.com/sandbot/sandbot/limits"
 	"github.com/sandbot/sandbot/store"
 )
 
-// RateLimiter limits the auth endpoints (/auth/* except /auth/me, and
-// /oauth2/*) per client address with fixed one-minute windows (each begins
-// at the first request after the address's previous window ended). The count lives in the store (store.CountHit), so the limit
+// RateLimiter counts the requests of each client address to the auth
+// endpoints (which ones: internal/auth/authhttp) in fixed one-minute
+// windows (each begins at the first request after the address's previous
+// window ended). The count lives in the store (store.CountHit), so the limit
 // holds across every replica on the database: N replicas do not give N
-// budgets. The client address is httpx.ClientIP: the connection's peer, or
-// what a trusted proxy forwarded.
+// budgets.
 //
 // An address over its limit is remembered here until its window ends, and
 // refused without asking the store again: a flood of auth requests from one
@@ -29,7 +24,6 @@ type RateLimiter struct {
 	store  store.Store
 	limit  int64
 	window time.Duration
-	log    *slog.Logger
 
 	mu sync.Mutex
 	// refused holds addresses over their limit, until their window ends.
@@ -43,48 +37,38 @@ const maxRefused = 100000
 
 // NewRateLimiter allows lim.AuthRequestsPerMinute requests per address
 // (zero: the default; negative: no limit), counted in s.
-func NewRateLimiter(s store.Store, lim limits.Limits, log *slog.Logger) *RateLimiter {
-	if log == nil {
-		log = slog.New(slog.DiscardHandler)
-	}
-	return &RateLimiter{store: s, limit: lim.WithDefaults().AuthRequestsPerMinute, window: time.Minute, log: log, refused: map[string]time.Time{}}
+func NewRateLimiter(s store.Store, lim limits.Limits) *RateLimiter {
+	return &RateLimiter{store: s, limit: lim.WithDefaults().AuthRequestsPerMinute, window: time.Minute, refused: map[string]time.Time{}}
 }
 
-func limited(path string) bool {
-	if path == "/auth/me" {
-		return false
-	}
-	return strings.HasPrefix(path, "/auth/") || strings.HasPrefix(path, "/oauth2/")
+// Count is what the limiter decided about one request.
+type Count struct {
+	// Limit is the requests an address may make in a window; Remaining how
+	// many it has left after this one.
+	Limit, Remaining int64
+	// Reset is when the address's window ends.
+	Reset time.Time
+	// Allowed is false when the address is over its limit.
+	Allowed bool
 }
 
-// Middleware applies the limit to the auth paths; other paths pass.
-func (l *RateLimiter) Middleware(next http.Handler) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if l.limit < 0 || !limited(r.URL.Path) {
-			next.ServeHTTP(w, r)
-			return
+// Unlimited reports whether the limiter counts nothing (a negative limit).
+func (l *RateLimiter) Unlimited() bool { return l.limit < 0 }
+
+// Hit counts one request from addr.
+func (l *RateLimiter) Hit(ctx context.Context, addr string) (Count, error) {
+	n, ends := l.limit+1, l.refusedUntil(addr)
+	if ends.IsZero() {
+		var err error
+		if n, ends, err = l.store.CountHit(ctx, "auth "+addr, l.window); err != nil {
+			return Count{}, err
 		}
-		addr := httpx.ClientIP(r)
-		n, ends := l.limit+1, l.refusedUntil(addr)
-		if ends.IsZero() {
-			var err error
-			if n, ends, err = l.store.CountHit(r.Context(), "auth "+addr, l.window); err != nil {
-				httpx.WriteError(w, r, l.log, err)
-				return
-			}
-		}
-		reset := max(1, int(time.Until(ends).Seconds()+0.999))
-		w.Header().Set("RateLimit-Limit", strconv.FormatInt(l.limit, 10))
-		w.Header().Set("RateLimit-Remaining", strconv.FormatInt(max(0, l.limit-n), 10))
-		w.Header().Set("RateLimit-Reset", strconv.Itoa(reset))
-		if n > l.limit {
-			l.refuse(addr, ends)
-			w.Header().Set("Retry-After", strconv.Itoa(reset))
-			httpx.WriteError(w, r, l.log, &fhir.Error{Code: fhir.EThrottled, Message: "Too Many Requests"})
-			return
-		}
-		next.ServeHTTP(w, r)
-	})
+	}
+	c := Count{Limit: l.limit, Remaining: max(0, l.limit-n), Reset: ends, Allowed: n <= l.limit}
+	if !c.Allowed {
+		l.refuse(addr, ends)
+	}
+	return c, nil
 }
 
 // refusedUntil is the end of addr's window if addr is known to be over its

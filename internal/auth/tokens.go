@@ -1,14 +1,16 @@
-// Package auth authenticates API callers: it issues and verifies the JWT
+// Package auth authenticates API callers and runs their logins, with no
+// HTTP (that is internal/auth/authhttp): it issues and verifies the JWT
 // access tokens (ES256, signed with a key kept in the store so that restarts
-// and replicas agree), accepts Bearer and Basic credentials on every API
-// route, resolves them to a principal.Principal (login, membership, project;
-// cached, and dropped as the store's change feed tells of changes), and
-// serves /oauth2/token (client credentials, authorization code with PKCE,
-// refresh token), the password login (/auth/login, /auth/profile,
-// /auth/scope), /auth/setpassword, /auth/me, the web app's account endpoints
-// (/auth/method, /auth/changepassword, /auth/revoke, /oauth2/logout; see
-// account.go) and the JWKS. Bodies are bounded by
-// limits.Limits.AuthBodyBytes.
+// and replicas agree), resolves Bearer and Basic credentials to a
+// principal.Principal (login, membership, project; cached, and dropped as
+// the store's change feed tells of changes), runs the token endpoint's
+// grants (client credentials, authorization code with PKCE, refresh token),
+// the password login (Login, ChooseProfile, SetScope), SetPassword, Me, the
+// web app's account operations (Method, ChangePassword, Revoke, Logout) and
+// counts the auth rate limit in the store. Logins, password hashes and
+// set-password requests are written through the FHIR service
+// (internal/fhirservice) by the server (principal.System), so that its Rules
+// decide their fields; accounts are found by e-mail with its UsersByEmail.
 package auth
 
 import (

@@ -9,8 +9,8 @@
 //     for it (404);
 //   - the role rules and the server's field rules, as data: the table Rules
 //     (whole-resource rows refuse interactions to roles, field rows make a
-//     field Hidden, ReadOnly or Managed for roles; README "Who may write
-//     what" is generated from it);
+//     field Hidden, ReadOnly, Fixed or Managed for roles; README "Who may
+//     write what" is generated from it);
 //   - access-policy enforcement (internal/access): types, criteria on
 //     reads, searches and writes, and each entry's hiddenFields and
 //     readonlyFields.
@@ -36,6 +36,7 @@
 //	(*Service).PatchWhere(ctx, p, typ, query, jsonpatch.Patch, ifMatch) (*store.Record, error)
 //	(*Service).DeleteWhere(ctx, p, typ, query, ifMatch) error  // conditional.go: 0/1/several matches
 //	(*Service).Load / LoadForUpdate(ctx, p, typ, id)    // authorized stored record, for use-cases only
+//	(*Service).UsersByEmail(ctx, p, email) ([]fhir.Resource, error) // whole address, case aside
 //
 // Writes: the server chooses ids (a Project's id is its own meta.project; a
 // Binary gets url "Binary/<id>"); meta is the server's; a super admin may
@@ -47,8 +48,11 @@
 // memberships in the same transaction: its tokens and secret stop working at
 // once (caches learn of it through the store's change feed).
 //
-// Use-cases that write on their own terms (the admin API's memberships) apply
-// the table with ApplyFieldRules and answer through Present.
+// Use-cases that decide themselves whether their caller may act (the admin
+// API's invitations and memberships, logins) write through the same methods
+// as the server, principal.System (the role System of Rules), and answer
+// their caller through Present. UsersByEmail is the one lookup of accounts
+// by e-mail.
 //
 // # Dispatcher
 //

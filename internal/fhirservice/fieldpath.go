@@ -49,6 +49,23 @@ func samePath(a, b map[string]any, parts []string) bool {
 	return reflect.DeepEqual(valuesAt(a, parts), valuesAt(b, parts))
 }
 
+// sameReferences is samePath where a Reference (an object with a
+// reference) counts as its reference alone: a display is not part of what
+// it points at.
+func sameReferences(a, b map[string]any, parts []string) bool {
+	key := func(vs []any) []any {
+		for i, v := range vs {
+			if m, ok := v.(map[string]any); ok {
+				if r, ok := m["reference"].(string); ok {
+					vs[i] = r
+				}
+			}
+		}
+		return vs
+	}
+	return reflect.DeepEqual(key(valuesAt(a, parts)), key(valuesAt(b, parts)))
+}
+
 // restorePath copies into next the values at path that cur has and next
 // lacks. Objects are paired by key and arrays element by element; where next
 // has no counterpart (a shorter array, a missing object) nothing is copied.

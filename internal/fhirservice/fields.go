@@ -64,6 +64,18 @@ func enforce(typ string, cur, next fhir.Resource, rules []fieldRule, replace boo
 			if cur != nil {
 				restorePath(cur, next, f.parts)
 			}
+		case Fixed:
+			if cur == nil {
+				continue
+			}
+			if replace && !hasPath(next, f.parts) {
+				restorePath(cur, next, f.parts)
+			}
+			if !sameReferences(cur, next, f.parts) {
+				return forbiddenField(typ, f.path, Fixed)
+			}
+			removePath(next, f.parts)
+			restorePath(cur, next, f.parts)
 		case ReadOnly:
 			if cur == nil {
 				if hasPath(next, f.parts) {
@@ -80,15 +92,6 @@ func enforce(typ string, cur, next fhir.Resource, rules []fieldRule, replace boo
 		}
 	}
 	return nil
-}
-
-// ApplyFieldRules applies the table's field rules (Rules) for p to a write of
-// typ outside the FHIR service: cur is the stored version (nil on create),
-// next the new one, changed in place as enforce says. It is for use-cases
-// that write resources on their own terms (the admin API's memberships), so
-// that field rules still come from the one table.
-func ApplyFieldRules(p *principal.Principal, typ string, cur, next fhir.Resource, replace bool) error {
-	return enforce(typ, cur, next, rulesFor(p, typ).fields, replace)
 }
 
 // Present is the JSON of a stored record as p may see it under the table's

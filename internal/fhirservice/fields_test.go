@@ -110,6 +110,25 @@ var fieldCases = []fieldCase{
 	{role: "super admin", what: "PUT passwordHash", method: "PUT", path: "User/{user}", body: edit(func(v map[string]any) { v["passwordHash"] = "x" }), status: 403, names: "passwordHash", stored: storedHas("passwordHash", passwordHashValue)},
 	{role: "super admin", what: "PUT what it sees", method: "PUT", path: "User/{user}", body: edit(func(v map[string]any) { v["firstName"] = "Augusta" }), status: 200, stored: storedHas("passwordHash", passwordHashValue)},
 
+	// A membership's project and user are fixed, for super admins too: a
+	// change is 400; the same reference without its display, or (PUT) none,
+	// keeps what is stored.
+	{role: "super admin", what: "PUT membership project", method: "PUT", path: "ProjectMembership/{botMembership}", body: edit(func(v map[string]any) {
+		v["project"] = map[string]any{"reference": "Project/elsewhere"}
+	}), status: 400, names: "ProjectMembership.project cannot change"},
+	{role: "super admin", what: "patch membership user", method: "PATCH", path: "ProjectMembership/{botMembership}", body: `[{"op":"replace","path":"/user/reference","value":"Bot/other"}]`, status: 400, names: "ProjectMembership.user cannot change"},
+	{role: "super admin", what: "patch remove membership user", method: "PATCH", path: "ProjectMembership/{botMembership}", body: `[{"op":"remove","path":"/user"}]`, status: 400, names: "ProjectMembership.user cannot change"},
+	{role: "super admin", what: "PUT membership, project without display, no user", method: "PUT", path: "ProjectMembership/{botMembership}", body: edit(func(v map[string]any) {
+		v["project"] = map[string]any{"reference": "Project/" + servertest.Field(v, "project", "reference").(string)[len("Project/"):]}
+		delete(v, "user")
+		v["active"] = true
+	}), status: 200, stored: func(t *testing.T, m map[string]any) {
+		storedHas("active", true)(t, m)
+		if servertest.Field(m, "project", "display") == nil || servertest.Field(m, "user", "reference") == nil {
+			t.Errorf("project display or user lost: %v", m)
+		}
+	}},
+
 	// What the server keeps for itself.
 	{role: "project admin", what: "PUT Binary url", method: "PUT", path: "Binary/{binary}", body: edit(func(v map[string]any) { v["url"] = "Binary/elsewhere" }), status: 200,
 		stored: func(t *testing.T, m map[string]any) { storedHas("url", "Binary/"+m["id"].(string))(t, m) }},

@@ -7,8 +7,8 @@ import (
 
 // Role is what a principal is to the rules: exactly one of SuperAdmin,
 // ProjectAdmin and Member, plus Bot when a bot acts through its own
-// membership (its in-process FHIR calls). A rule binds a principal when it
-// names one of the principal's roles.
+// membership (its in-process FHIR calls); or System, the server itself. A
+// rule binds a principal when it names one of the principal's roles.
 type Role uint8
 
 // Roles.
@@ -17,13 +17,22 @@ const (
 	ProjectAdmin                  // an admin membership (not super admin)
 	Member                        // any other membership
 	Bot                           // a bot's own membership (with one of the above)
+	// System is the server itself (principal.System): logins, set-password
+	// links, and the Users and memberships of the admin use-cases, which
+	// decide themselves whether their caller may act.
+	System
 
 	NotSuperAdmin = ProjectAdmin | Member | Bot
-	Everyone      = SuperAdmin | ProjectAdmin | Member | Bot
+	// Callers are every principal but the server.
+	Callers  = SuperAdmin | ProjectAdmin | Member | Bot
+	Everyone = Callers | System
 )
 
 // RolesOf is the roles of a principal.
 func RolesOf(p *principal.Principal) Role {
+	if p.IsSystem() {
+		return System
+	}
 	var r Role
 	switch {
 	case p.SuperAdmin:
@@ -121,6 +130,12 @@ const (
 	// replaced by the stored value (dropped on create, where the server
 	// sets them). Nobody is refused for sending them: clients echo meta back.
 	Managed Access = iota + 1
+	// Fixed fields are set when the resource is created and never change:
+	// a later write may leave one out (a full update) or send it again, and
+	// the stored value stays; one that changes it is refused (400: the
+	// resource cannot be otherwise, whoever asks). A reference is the same
+	// when its reference is (its display is the stored one's).
+	Fixed
 	// ReadOnly fields are shown; a write that changes one is refused (403
 	// naming it). A full update that leaves one out keeps the stored value.
 	ReadOnly
@@ -134,6 +149,8 @@ func (a Access) String() string {
 	switch a {
 	case Managed:
 		return "server-managed"
+	case Fixed:
+		return "fixed"
 	case ReadOnly:
 		return "read-only"
 	case Hidden:
@@ -210,14 +227,15 @@ var Rules = []Rule{
 	{Type: "Project", Field: "link", Roles: NotSuperAdmin, Access: ReadOnly},
 	{Type: "Project", Field: "systemSetting", Roles: NotSuperAdmin, Access: ReadOnly},
 
-	// A membership stays with its project and user (docs/decisions.md 4).
-	{Type: "ProjectMembership", Field: "project", Roles: NotSuperAdmin, Access: ReadOnly},
-	{Type: "ProjectMembership", Field: "user", Roles: NotSuperAdmin, Access: ReadOnly},
+	// A membership stays with its project and user (docs/decisions.md 4),
+	// whoever writes it (the admin API writes memberships as the server).
+	{Type: "ProjectMembership", Field: "project", Roles: Everyone, Access: Fixed},
+	{Type: "ProjectMembership", Field: "user", Roles: Everyone, Access: Fixed},
 
-	// Users: credentials are nobody's to read; identity fields are the
-	// user's own.
-	{Type: "User", Field: "passwordHash", Roles: Everyone, Access: Hidden},
-	{Type: "User", Field: "mfaSecret", Roles: Everyone, Access: Hidden},
+	// Users: credentials are no caller's to read (the server checks them);
+	// identity fields are the user's own.
+	{Type: "User", Field: "passwordHash", Roles: Callers, Access: Hidden},
+	{Type: "User", Field: "mfaSecret", Roles: Callers, Access: Hidden},
 	{Type: "User", Field: "email", Roles: NotSuperAdmin, Access: ReadOnly},
 	{Type: "User", Field: "emailVerified", Roles: NotSuperAdmin, Access: ReadOnly},
 	{Type: "User", Field: "mfaEnrolled", Roles: NotSuperAdmin, Access: ReadOnly},
@@ -225,11 +243,11 @@ var Rules = []Rule{
 
 	// Secrets.
 	{Type: "ClientApplication", Field: "secret", Roles: Member | Bot, Access: Hidden},
-	{Type: "Login", Field: "code", Roles: Everyone, Access: Hidden},
-	{Type: "Login", Field: "codeChallenge", Roles: Everyone, Access: Hidden},
-	{Type: "Login", Field: "refreshSecret", Roles: Everyone, Access: Hidden},
-	{Type: "UserSecurityRequest", Field: "secret", Roles: Everyone, Access: Hidden},
-	{Type: "PasswordChangeRequest", Field: "secret", Roles: Everyone, Access: Hidden},
+	{Type: "Login", Field: "code", Roles: Callers, Access: Hidden},
+	{Type: "Login", Field: "codeChallenge", Roles: Callers, Access: Hidden},
+	{Type: "Login", Field: "refreshSecret", Roles: Callers, Access: Hidden},
+	{Type: "UserSecurityRequest", Field: "secret", Roles: Callers, Access: Hidden},
+	{Type: "PasswordChangeRequest", Field: "secret", Roles: Callers, Access: Hidden},
 
 	// What the server keeps for itself on every resource.
 	{Type: "*", Field: "meta.versionId", Roles: Everyone, Access: Managed},
@@ -278,10 +296,11 @@ var ruleCache = func() map[ruleKey]*ruleSet {
 	return m
 }()
 
-// validRoles: exactly one of SuperAdmin, ProjectAdmin, Member, maybe Bot.
+// validRoles: exactly one of SuperAdmin, ProjectAdmin, Member, maybe Bot;
+// or System alone.
 func validRoles(r Role) bool {
 	base := r &^ Bot
-	return base == SuperAdmin || base == ProjectAdmin || base == Member
+	return base == SuperAdmin || base == ProjectAdmin || base == Member || r == System
 }
 
 func compileRules(typ string, roles Role) *ruleSet {
@@ -340,6 +359,9 @@ var adminTypes = map[string]bool{
 
 // forbiddenField is the refusal of a write to a field.
 func forbiddenField(typ, path string, a Access) error {
+	if a == Fixed {
+		return fhir.Invalid(typ+"."+path+" cannot change", typ+"."+path)
+	}
 	if a == Hidden {
 		return fhir.Errorf(fhir.EForbidden, "Forbidden: %s.%s cannot be written", typ, path)
 	}

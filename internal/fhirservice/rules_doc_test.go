@@ -20,6 +20,7 @@ var docRoles = []struct {
 	{"member", Member},
 	{"bot", Member | Bot},
 	{"bot with an admin membership", ProjectAdmin | Bot},
+	{"the server", System},
 }
 
 // interactions names what a cell allows of the REST interactions (the
@@ -63,6 +64,8 @@ func roleNames(r Role) string {
 	switch r {
 	case Everyone:
 		return "everyone"
+	case Callers:
+		return "every caller"
 	case NotSuperAdmin:
 		return "all but super admins"
 	}
@@ -117,7 +120,7 @@ func rulesMarkdown() string {
 		b.WriteString("\n")
 	}
 	b.WriteString("\n")
-	b.WriteString("| field | hidden from | read-only for | server-managed for |\n|---|---|---|---|\n")
+	b.WriteString("| field | hidden from | read-only for | fixed at creation for | server-managed for |\n|---|---|---|---|---|\n")
 	for _, r := range Rules {
 		if r.Field == "" {
 			continue
@@ -127,7 +130,7 @@ func rulesMarkdown() string {
 		if typ == "*" {
 			typ = "every type"
 		}
-		b.WriteString("| " + typ + " `" + r.Field + "` | " + cells[Hidden] + " | " + cells[ReadOnly] + " | " + cells[Managed] + " |\n")
+		b.WriteString("| " + typ + " `" + r.Field + "` | " + cells[Hidden] + " | " + cells[ReadOnly] + " | " + cells[Fixed] + " | " + cells[Managed] + " |\n")
 	}
 	return b.String()
 }

@@ -2,6 +2,7 @@ package fhirservice
 
 import (
 	"context"
+	"errors"
 	"strings"
 
 	jsonpatch "github.com/evanphx/json-patch/v5"
@@ -254,8 +255,9 @@ func (s *Service) Create(ctx context.Context, p *principal.Principal, res fhir.R
 		return nil, err
 	}
 	project := p.ProjectID
-	if p.SuperAdmin {
-		// A super admin may create into another project by naming it.
+	if p.Scope().All {
+		// A super admin (or the server) may create into another project by
+		// naming it.
 		if mp := res.MetaProject(); mp != "" {
 			if _, err := s.st.Read(ctx, store.AllProjects, "Project", mp); err != nil {
 				return nil, fhir.Invalid("Unknown meta.project: "+mp, "meta.project")
@@ -278,6 +280,11 @@ func (s *Service) Create(ctx context.Context, p *principal.Principal, res fhir.R
 		// into Bot.sourceCode; the id is needed for it, so it is chosen here.
 		w.ID = uuid.NewString()
 		res["url"] = "Binary/" + w.ID
+	}
+	if w.Project == "" {
+		// Only the server has no project of its own: what it creates names
+		// its project in meta.project.
+		return nil, errors.New("fhirservice: a create by the server must name meta.project")
 	}
 	filters, err := policyFilters(p, typ, true)
 	if err != nil {

@@ -12,11 +12,19 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"net/mail"
 	"net/smtp"
 	"net/url"
 	"strings"
 	"time"
 )
+
+// ValidAddress reports whether s is a bare e-mail address ("a@b.c", not
+// "A <a@b.c>"), at most 320 bytes: what the sign-in and reset forms accept.
+func ValidAddress(s string) bool {
+	a, err := mail.ParseAddress(s)
+	return err == nil && a.Address == s && len(s) <= 320
+}
 
 // Message is one plain-text e-mail.
 type Message struct {

@@ -1,9 +1,11 @@
 // Package principal is who a request acts as: one membership of one project,
 // with the roles and the access policy that come with it. internal/auth
 // resolves credentials (tokens, client secrets) into a Principal; a bot's
-// in-process FHIR calls act as the Principal of the bot's own membership.
-// The package knows nothing of HTTP: the FHIR service (internal/fhirservice)
-// and the admin use-cases take a Principal, whoever made it.
+// in-process FHIR calls act as the Principal of the bot's own membership;
+// the server itself acts as System (logins, set-password links, the Users
+// and memberships an invitation makes). The package knows nothing of HTTP:
+// the FHIR service (internal/fhirservice) and the admin use-cases take a
+// Principal, whoever made it.
 package principal
 
 import (
@@ -35,18 +37,45 @@ type Principal struct {
 	// Access is the compiled access policy of the membership; nil when the
 	// membership names none (or for super admins).
 	Access *access.Policy
+
+	// system and author are set for System principals only.
+	system bool
+	author fhir.Reference
 }
+
+// System is the server acting by itself, or for a caller where the caller's
+// own rights do not reach once a use-case has decided that it may act: a
+// login's record and codes, a set-password link, the User and membership of
+// an invitation. The FHIR service gives it the role of the server
+// (fhirservice.System): it reads and writes the credentials no caller may
+// (password hashes, login codes), and the server-managed fields stay the
+// server's. With a projectID it sees and writes that project only (what it
+// creates is created there); with none, every project (what it creates
+// names its project in meta.project). author is the meta.author of its
+// writes: "system" when the server acts by itself, else the caller it acts
+// for.
+func System(projectID string, author fhir.Reference) *Principal {
+	return &Principal{ProjectID: projectID, SuperAdmin: true, Admin: true, system: true, author: author}
+}
+
+// IsSystem reports whether p is the server itself (System).
+func (p *Principal) IsSystem() bool { return p.system }
 
 // Scope is the set of projects the principal may see.
 func (p *Principal) Scope() store.Scope {
-	if p.SuperAdmin {
+	if p.SuperAdmin && (!p.system || p.ProjectID == "") {
 		return store.AllProjects
 	}
 	return store.ProjectScope(p.ProjectID)
 }
 
 // Author is the meta.author of the principal's writes.
-func (p *Principal) Author() fhir.Reference { return fhir.Reference{Reference: p.Profile} }
+func (p *Principal) Author() fhir.Reference {
+	if p.system {
+		return p.author
+	}
+	return fhir.Reference{Reference: p.Profile}
+}
 
 // MembershipID is the id of the principal's membership.
 func (p *Principal) MembershipID() string { return p.Membership.ID() }

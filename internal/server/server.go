@@ -21,6 +21,7 @@ import (
 	"github.com/sandbot/sandbot/fhir"
 	"github.com/sandbot/sandbot/fhir/rest"
 	"github.com/sandbot/sandbot/internal/auth"
+	"github.com/sandbot/sandbot/internal/auth/authhttp"
 	"github.com/sandbot/sandbot/internal/fhirgraphql"
 	"github.com/sandbot/sandbot/internal/fhirservice"
 	"github.com/sandbot/sandbot/internal/httpx"
@@ -107,14 +108,15 @@ func New(ctx context.Context, cfg Config, st store.Store, reg *prometheus.Regist
 		return nil, err
 	}
 	s := &Server{Store: st, Bootstrap: boot, log: log}
-	s.Auth = auth.NewAuthenticator(st, tokens, cfg.Limits, log)
 	s.Service = fhirservice.New(fhirservice.Config{Store: st, BaseURL: cfg.BaseURL, Limits: cfg.Limits})
+	s.Auth = auth.NewAuthenticator(st, s.Service, tokens)
+	authAPI := authhttp.New(s.Auth, cfg.Limits, log)
 	if sq, ok := st.(*sqlstore.Store); ok {
 		s.Jobs = jobs.New(jobs.Config{Store: sq, Workers: int(cfg.Limits.JobWorkers), QueuePerProject: int(cfg.Limits.JobQueue),
 			RescueAfter: time.Duration(cfg.Limits.JobRescueSeconds) * time.Second, Log: log, Registerer: reg})
 	}
-	fhirCfg := rest.Config{FHIR: s.Service, GraphQL: fhirgraphql.New(s.Service, cfg.Limits), Auth: s.Auth, BaseURL: cfg.BaseURL, Log: log,
-		Limits: cfg.Limits}
+	fhirCfg := rest.Config{FHIR: s.Service, GraphQL: fhirgraphql.New(s.Service, cfg.Limits), Auth: s.Auth, Require: authAPI.Require,
+		BaseURL: cfg.BaseURL, Log: log, Limits: cfg.Limits}
 	if cfg.Runtime != nil {
 		s.Bots = bots.New(bots.Config{Store: st, FHIR: s.Service, Runtime: cfg.Runtime, Limits: cfg.Limits, Jobs: s.Jobs,
 			Resume: s.Auth.Resume, Log: log, Registerer: reg})
@@ -154,7 +156,7 @@ func New(ctx context.Context, cfg Config, st store.Store, reg *prometheus.Regist
 	reg.MustRegister(inviteMailFailures)
 	s.Admin = &admin.Service{Store: st, FHIR: s.Service, Mail: mailer, BaseURL: cfg.AppBaseURL, Log: log, SuperProjectID: boot.ProjectID,
 		MailFailed: inviteMailFailures.Inc}
-	adminAPI := adminhttp.New(s.Admin, s.Auth, cfg.BaseURL, cfg.Limits, log)
+	adminAPI := adminhttp.New(s.Admin, authAPI.Require, cfg.BaseURL, cfg.Limits, log)
 	s.FHIR.AddRoutes(adminAPI.RegisterFHIR)
 
 	// Paths are not cleaned: a cleaned path would be answered with a
@@ -169,7 +171,7 @@ func New(ctx context.Context, cfg Config, st store.Store, reg *prometheus.Regist
 	api.Use(httpx.NewCORS(append([]string{httpx.OriginOf(cfg.AppBaseURL)}, cfg.CORSOrigins...)).Middleware)
 	api.Use(s.closeWhileDraining)
 	api.Use(httpx.ClientAddress(cfg.TrustedProxies))
-	api.Use(auth.NewRateLimiter(st, cfg.Limits, log).Middleware)
+	api.Use(authhttp.RateLimit(auth.NewRateLimiter(st, cfg.Limits), log))
 	api.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		httpx.WriteJSON(w, http.StatusOK, "application/json", map[string]any{"ok": true})
 	}).Methods(http.MethodGet)
@@ -181,9 +183,7 @@ func New(ctx context.Context, cfg Config, st store.Store, reg *prometheus.Regist
 		}
 		httpx.WriteJSON(w, status, "application/json", map[string]any{"ok": ok, "version": cfg.Version, cfg.Dialect: ok})
 	}).Methods(http.MethodGet)
-	s.Auth.Register(api)
-	s.Auth.RegisterLogins(api)
-	s.Auth.RegisterAccount(api)
+	authAPI.Register(api)
 	adminAPI.Register(api)
 	s.FHIR.Register(api)
 	// Last: anything unmatched is a 404 OperationOutcome, through the same

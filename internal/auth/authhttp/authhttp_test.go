@@ -1,4 +1,4 @@
-package auth_test
+package authhttp_test
 
 import (
 	"context"
@@ -464,6 +464,16 @@ func TestSigningKeySurvivesRestart(t *testing.T) {
 			r := second.SuperAdmin(t).Do("GET", "fhir/R4/Project?_total=accurate&name=super", nil, "")
 			if total, _ := r.JSON()["total"].(float64); total != 1 {
 				t.Errorf("super-admin projects after restart: %v (%s)", r.JSON()["total"], r.Body)
+			}
+			// A changed configured secret is applied at the next start.
+			const newSecret = "test-super-admin-secret-rotated"
+			third := servertest.StartURL(t, be.Name, dbURL, sameBase, func(cfg *server.Config) { cfg.AdminClientSecret = newSecret })
+			if third.Token(t, servertest.AdminClientID, newSecret) == "" {
+				t.Error("the rotated secret does not log in")
+			}
+			old := url.Values{"grant_type": {"client_credentials"}, "client_id": {servertest.AdminClientID}, "client_secret": {servertest.AdminClientSecret}}
+			if a := tokenRequest(t, third, old, nil); a.status != 400 {
+				t.Errorf("the old secret after rotation: %d %s", a.status, a.body)
 			}
 		})
 	}
