@@ -223,7 +223,30 @@ func (e *Engine) Start(ctx context.Context) error {
 		return fmt.Errorf("jobs: start: %w", err)
 	}
 	e.started = true
+	e.endOrphans(ctx)
 	return nil
+}
+
+// endOrphans ends in error the AsyncJobs still waiting or running that
+// have no River job: they were accepted by a version that kept its jobs in
+// a table of its own, which the move to River dropped (migration 0009).
+// Every job accepted since carries its River job's id.
+func (e *Engine) endOrphans(ctx context.Context) {
+	found, err := store.SearchResources(ctx, e.store, store.AllProjects, "AsyncJob", "status=accepted,active&_count=1000")
+	if err != nil {
+		e.log.Warn("jobs: looking for jobs left by an earlier version", "err", err)
+		return
+	}
+	for _, job := range found {
+		if riverJobID(job) != 0 {
+			continue
+		}
+		out := ErrorOutcome(fhir.Errorf(fhir.EConflict, "The server was upgraded while this job waited, and it did not run: submit it again"))
+		err := e.store.InTx(ctx, func(tx store.Store) error { return setStatus(ctx, tx, job.ID(), out, true) })
+		if err != nil && !errors.Is(err, errNotActive) {
+			e.log.Warn("jobs: ending a job left by an earlier version", "job", job.ID(), "err", err)
+		}
+	}
 }
 
 // riverClient makes the River client once; e.mu is held.

@@ -359,3 +359,28 @@ func TestProjectsShareTheWorkers(t *testing.T) {
 		}
 	})
 }
+
+// An AsyncJob left waiting by the version whose queue was a table of its
+// own (no River job) ends in error when an engine starts, rather than wait
+// forever; jobs of River are left alone.
+func TestOrphansOfTheOldQueueEnd(t *testing.T) {
+	forEachStore(t, func(t *testing.T, open func() *sqlstore.Store) {
+		s := open()
+		ctx := context.Background()
+		orphan, err := s.Create(ctx, fhir.Resource{"resourceType": "AsyncJob", "status": jobs.StatusAccepted, "request": "x",
+			"requestTime": "2026-01-01T00:00:00.000Z"}, store.Write{Project: "p1", Author: submitter.Author()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		c := newCalls()
+		e := newEngine(s, 1, done(c))
+		waiting := submit(t, e)
+		start(t, e)
+		if job := await(t, s, orphan.ID); job.String("status") != jobs.StatusError {
+			t.Errorf("orphan: %v", job)
+		}
+		if job := await(t, s, waiting); job.String("status") != jobs.StatusCompleted {
+			t.Errorf("River's job: %v", job)
+		}
+	})
+}
