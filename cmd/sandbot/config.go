@@ -13,7 +13,7 @@ import (
 	"time"
 
 	"github.com/sandbot/sandbot/fhir"
-	"github.com/sandbot/sandbot/internal/httpx"
+	"github.com/sandbot/sandbot/internal/handlers/httpx"
 	"github.com/sandbot/sandbot/limits"
 )
 

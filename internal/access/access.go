@@ -1,6 +1,6 @@
 // Package access compiles AccessPolicy resources into the rules that limit
 // what a member may read and write. It is domain logic only: the FHIR layer
-// (fhir/rest) asks it which resource types are allowed, whether a type is
+// (internal/handlers/fhirapi) asks it which resource types are allowed, whether a type is
 // writable, and which search filters restrict a type.
 //
 // A policy has resource[] entries, each with a resourceType ("*" for every
@@ -18,7 +18,7 @@
 // dotted paths ("address", "name.family"). As in the reference, the fields of
 // the first entry, in policy order, that grants the interaction and matches
 // the resource apply (FieldEntries gives them in that order); the FHIR
-// service (internal/fhirservice) enforces them.
+// service (internal/services/fhirservice) enforces them.
 package access
 
 import (

@@ -1,10 +1,10 @@
 // Package principal is who a request acts as: one membership of one project,
-// with the roles and the access policy that come with it. internal/auth
+// with the roles and the access policy that come with it. internal/services/auth
 // resolves credentials (tokens, client secrets) into a Principal; a bot's
 // in-process FHIR calls act as the Principal of the bot's own membership;
 // the server itself acts as System (logins, set-password links, the Users
 // and memberships an invitation makes). The package knows nothing of HTTP:
-// the FHIR service (internal/fhirservice) and the admin use-cases take a
+// the FHIR service (internal/services/fhirservice) and the admin use-cases take a
 // Principal, whoever made it.
 package principal
 
@@ -88,7 +88,7 @@ func (p *Principal) IsBot() bool { return strings.HasPrefix(p.User, "Bot/") }
 func (p *Principal) IsUser() bool { return strings.HasPrefix(p.User, "User/") }
 
 // Credentials are what a principal was resolved from, kept so that it can
-// be resolved again later (internal/auth Resume), when work done on its
+// be resolved again later (internal/services/auth Resume), when work done on its
 // behalf runs after the request that asked for it.
 type Credentials struct {
 	MembershipID string `json:"membership"`

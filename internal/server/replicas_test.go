@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/sandbot/sandbot/fhir"
-	"github.com/sandbot/sandbot/internal/httpx"
+	"github.com/sandbot/sandbot/internal/handlers/httpx"
 	"github.com/sandbot/sandbot/internal/server"
 	"github.com/sandbot/sandbot/internal/servertest"
 	"github.com/sandbot/sandbot/runtime"

@@ -16,15 +16,15 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
-	"github.com/sandbot/sandbot/admin"
-	"github.com/sandbot/sandbot/admin/adminhttp"
+	"github.com/sandbot/sandbot/internal/services/admin"
+	"github.com/sandbot/sandbot/internal/handlers/adminapi"
 	"github.com/sandbot/sandbot/fhir"
-	"github.com/sandbot/sandbot/fhir/rest"
-	"github.com/sandbot/sandbot/internal/auth"
-	"github.com/sandbot/sandbot/internal/auth/authhttp"
-	"github.com/sandbot/sandbot/internal/fhirgraphql"
-	"github.com/sandbot/sandbot/internal/fhirservice"
-	"github.com/sandbot/sandbot/internal/httpx"
+	"github.com/sandbot/sandbot/internal/handlers/fhirapi"
+	"github.com/sandbot/sandbot/internal/services/auth"
+	"github.com/sandbot/sandbot/internal/handlers/authapi"
+	"github.com/sandbot/sandbot/internal/services/fhirgraphql"
+	"github.com/sandbot/sandbot/internal/services/fhirservice"
+	"github.com/sandbot/sandbot/internal/handlers/httpx"
 	"github.com/sandbot/sandbot/internal/mail"
 	"github.com/sandbot/sandbot/internal/services/bots"
 	"github.com/sandbot/sandbot/internal/services/jobs"
@@ -70,7 +70,7 @@ type Server struct {
 	API  http.Handler
 	Ops  http.Handler
 	Auth *auth.Authenticator
-	FHIR *rest.Handler
+	FHIR *fhirapi.Handler
 	// Service is the FHIR service every resource read and write goes through.
 	Service *fhirservice.Service
 	Store   store.Store
@@ -110,12 +110,12 @@ func New(ctx context.Context, cfg Config, st store.Store, reg *prometheus.Regist
 	s := &Server{Store: st, Bootstrap: boot, log: log}
 	s.Service = fhirservice.New(fhirservice.Config{Store: st, BaseURL: cfg.BaseURL, Limits: cfg.Limits})
 	s.Auth = auth.NewAuthenticator(st, s.Service, tokens)
-	authAPI := authhttp.New(s.Auth, cfg.Limits, log)
+	authAPI := authapi.New(s.Auth, cfg.Limits, log)
 	if sq, ok := st.(*sqlstore.Store); ok {
 		s.Jobs = jobs.New(jobs.Config{Store: sq, Workers: int(cfg.Limits.JobWorkers), QueuePerProject: int(cfg.Limits.JobQueue),
 			RescueAfter: time.Duration(cfg.Limits.JobRescueSeconds) * time.Second, Log: log, Registerer: reg})
 	}
-	fhirCfg := rest.Config{FHIR: s.Service, GraphQL: fhirgraphql.New(s.Service, cfg.Limits), Auth: s.Auth, Require: authAPI.Require,
+	fhirCfg := fhirapi.Config{FHIR: s.Service, GraphQL: fhirgraphql.New(s.Service, cfg.Limits), Auth: s.Auth, Require: authAPI.Require,
 		BaseURL: cfg.BaseURL, Log: log, Limits: cfg.Limits}
 	if cfg.Runtime != nil {
 		s.Bots = bots.New(bots.Config{Store: st, FHIR: s.Service, Runtime: cfg.Runtime, Limits: cfg.Limits, Jobs: s.Jobs,
@@ -127,7 +127,7 @@ func New(ctx context.Context, cfg Config, st store.Store, reg *prometheus.Regist
 	}
 	// The GraphQL schema is generated from the embedded definitions once per
 	// process, in the background from here.
-	s.FHIR = rest.New(fhirCfg)
+	s.FHIR = fhirapi.New(fhirCfg)
 	// Every cache of the server hears of every change to what it keeps,
 	// whoever made it: this process (at commit, before the write returns)
 	// or another replica on the database (moments later).
@@ -156,7 +156,7 @@ func New(ctx context.Context, cfg Config, st store.Store, reg *prometheus.Regist
 	reg.MustRegister(inviteMailFailures)
 	s.Admin = &admin.Service{Store: st, FHIR: s.Service, Mail: mailer, BaseURL: cfg.AppBaseURL, Log: log, SuperProjectID: boot.ProjectID,
 		MailFailed: inviteMailFailures.Inc}
-	adminAPI := adminhttp.New(s.Admin, authAPI.Require, cfg.BaseURL, cfg.Limits, log)
+	adminAPI := adminapi.New(s.Admin, authAPI.Require, cfg.BaseURL, cfg.Limits, log)
 	s.FHIR.AddRoutes(adminAPI.RegisterFHIR)
 
 	// Paths are not cleaned: a cleaned path would be answered with a
@@ -171,7 +171,7 @@ func New(ctx context.Context, cfg Config, st store.Store, reg *prometheus.Regist
 	api.Use(httpx.NewCORS(append([]string{httpx.OriginOf(cfg.AppBaseURL)}, cfg.CORSOrigins...)).Middleware)
 	api.Use(s.closeWhileDraining)
 	api.Use(httpx.ClientAddress(cfg.TrustedProxies))
-	api.Use(authhttp.RateLimit(auth.NewRateLimiter(st, cfg.Limits), log))
+	api.Use(authapi.RateLimit(auth.NewRateLimiter(st, cfg.Limits), log))
 	api.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		httpx.WriteJSON(w, http.StatusOK, "application/json", map[string]any{"ok": true})
 	}).Methods(http.MethodGet)

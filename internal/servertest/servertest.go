@@ -25,7 +25,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/sandbot/sandbot/admin"
+	"github.com/sandbot/sandbot/internal/services/admin"
 	"github.com/sandbot/sandbot/fhir"
 	"github.com/sandbot/sandbot/internal/server"
 	"github.com/sandbot/sandbot/limits"

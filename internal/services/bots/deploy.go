@@ -9,7 +9,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/sandbot/sandbot/fhir"
-	"github.com/sandbot/sandbot/internal/fhirservice"
+	"github.com/sandbot/sandbot/internal/services/fhirservice"
 	"github.com/sandbot/sandbot/internal/principal"
 )
 

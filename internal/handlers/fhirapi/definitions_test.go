@@ -1,0 +1,66 @@
+package fhirapi_test
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/sandbot/sandbot/fhir/definitions"
+	"github.com/sandbot/sandbot/internal/servertest"
+	"github.com/sandbot/sandbot/store/storetest"
+)
+
+// TestDefinitionsReadOnly: the FHIR definitions are served to any
+// authenticated caller (a plain member too), searched like stored
+// resources, expanded, and never written. They do not depend on the store,
+// so one backend is enough.
+func TestDefinitionsReadOnly(t *testing.T) {
+	s := servertest.Start(t, storetest.Backends(t)[0])
+	adminClient := s.NewProject(t, "defs")
+	member := s.NewMember(t, adminClient.ProjectID, "Plain", false)
+	for _, c := range []*servertest.Client{adminClient, member} {
+		r := c.Do("GET", "fhir/R4/StructureDefinition/Patient", nil, "")
+		if r.Status != 200 || r.JSON()["url"] != "http://hl7.org/fhir/StructureDefinition/Patient" || r.Header.Get("ETag") == "" {
+			t.Fatalf("read: %d %.200s", r.Status, r.Body)
+		}
+		r = c.Do("GET", "fhir/R4/SearchParameter?base=ProjectMembership&code=profile-type", nil, "")
+		if es := entries(t, r); r.Status != 200 || len(es) != 1 || servertest.Field(es[0], "resource", "expression") != "ProjectMembership.profile.resolve().resourceType" {
+			t.Errorf("search: %d %.300s", r.Status, r.Body)
+		}
+		r = c.Do("GET", "fhir/R4/StructureDefinition?name:exact=ProjectMembership&_total=accurate", nil, "")
+		if r.Status != 200 || r.JSON()["total"] != float64(1) {
+			t.Errorf("search by name: %d %.300s", r.Status, r.Body)
+		}
+		r = c.Do("GET", "fhir/R4/ValueSet/$expand?url=http%3A%2F%2Fhl7.org%2Ffhir%2FValueSet%2Fadministrative-gender&filter=mal&count=1", nil, "")
+		contains, _ := servertest.Field(r.JSON(), "expansion", "contains").([]any)
+		if r.Status != 200 || len(contains) != 1 || servertest.Field(r.JSON(), "expansion", "total") != float64(2) {
+			t.Errorf("$expand: %d %.300s", r.Status, r.Body)
+		}
+	}
+	c := adminClient
+	wantOutcome(t, "unknown id", c.Do("GET", "fhir/R4/StructureDefinition/Nope", nil, ""), 404, "not-found", "")
+	wantOutcome(t, "other version", c.Do("GET", "fhir/R4/StructureDefinition/Patient/_history/1", nil, ""), 404, "not-found", "")
+	wantOutcome(t, "expand without url", c.Do("GET", "fhir/R4/ValueSet/$expand", nil, ""), 400, "invalid", "Missing url")
+	wantOutcome(t, "expand unknown", c.Do("GET", "fhir/R4/ValueSet/$expand?url=urn:none", nil, ""), 404, "not-found", "")
+	wantOutcome(t, "expand bad count", c.Do("GET", "fhir/R4/ValueSet/$expand?url=urn:none&count=-1", nil, ""), 400, "invalid", "Invalid count: -1")
+	wantOutcome(t, "bad search", c.Do("GET", "fhir/R4/ValueSet?nope=1", nil, ""), 400, "invalid", "Unknown search parameter: nope")
+	body := map[string]any{"resourceType": "ValueSet", "status": "draft", "url": "urn:mine"}
+	for _, w := range []struct{ method, path string }{
+		{"POST", "fhir/R4/ValueSet"},
+		{"PUT", "fhir/R4/ValueSet/administrative-gender"},
+		{"PATCH", "fhir/R4/ValueSet/administrative-gender"},
+		{"DELETE", "fhir/R4/ValueSet/administrative-gender"},
+		{"POST", "fhir/R4/SearchParameter"},
+		{"DELETE", "fhir/R4/StructureDefinition/Patient"},
+	} {
+		typ := strings.Split(w.path, "/")[2]
+		wantOutcome(t, w.method+" "+w.path, c.Do(w.method, w.path, body, "application/fhir+json"), 403, "forbidden",
+			definitions.ReadOnlyMessage(typ))
+	}
+	sa := s.SuperAdmin(t)
+	wantOutcome(t, "super admin write", sa.Do("POST", "fhir/R4/CodeSystem", body, "application/fhir+json"), 403, "forbidden", "")
+	// The CapabilityStatement says so.
+	r := c.Do("GET", "fhir/R4/metadata", nil, "")
+	if !strings.Contains(string(r.Body), `"definition":"ValueSet/$expand"`) {
+		t.Errorf("metadata lacks $expand")
+	}
+}
