@@ -1,4 +1,4 @@
-package rest
+package fhirapi
 
 import (
 	"net/http"
@@ -7,7 +7,7 @@ import (
 	"github.com/gorilla/mux"
 
 	"github.com/sandbot/sandbot/fhir"
-	"github.com/sandbot/sandbot/internal/httpx"
+	"github.com/sandbot/sandbot/internal/handlers/httpx"
 	"github.com/sandbot/sandbot/internal/principal"
 	"github.com/sandbot/sandbot/internal/services/bots"
 )
