@@ -492,7 +492,7 @@ func warmed(t *testing.T, r int) map[string]int {
 // replica 1 is what the very next execution on replicas 2 and 3 sees.
 func TestSecretReachesTheNextExecution(t *testing.T) {
 	p := newProject(t, "secrets")
-	wasm, err := os.ReadFile(filepath.Join("..", "..", "fhir", "rest", "testdata", "event.wasm"))
+	wasm, err := os.ReadFile(filepath.Join("..", "..", "internal", "handlers", "fhirapi", "testdata", "event.wasm"))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -39,7 +39,7 @@ func eventually(t *testing.T, what string, limit time.Duration, cond func() bool
 // what changes through one is honoured by the other at once, the auth rate
 // limit is one budget, and a deploy on one compiles the module on the other.
 func TestReplicasShareOneTruth(t *testing.T) {
-	wasm, err := os.ReadFile(filepath.Join("..", "..", "fhir", "rest", "testdata", "event.wasm"))
+	wasm, err := os.ReadFile(filepath.Join("..", "handlers", "fhirapi", "testdata", "event.wasm"))
 	if err != nil {
 		t.Fatal(err)
 	}
