@@ -16,7 +16,9 @@ DUR=${1:-10s}
 CONNS=${CONNS:-8}
 command -v wrk >/dev/null || { echo "wrk is needed: apt-get install wrk" >&2; exit 1; }
 work=$(mktemp -d)
-trap 'kill $(jobs -p) 2>/dev/null || true; rm -rf "$work"' EXIT
+# SIGINT stops the server without its drain, and the wait frees the ports for
+# the next run.
+trap 'kill -INT $(jobs -p) 2>/dev/null || true; wait 2>/dev/null || true; rm -rf "$work"' EXIT
 
 make -s js # the JavaScript engine, embedded by the build
 go build -o "$work/sandbot" ./cmd/sandbot

@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"log/slog"
 	"sync"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -69,7 +70,9 @@ func (s *Store) migrateRiver(ctx context.Context) error {
 	} else {
 		driver = riverdatabasesql.New(s.db.DB)
 	}
-	m, err := rivermigrate.New(driver, &rivermigrate.Config{Logger: s.log})
+	// River's own lines would repeat those below.
+	quiet := slog.New(slog.DiscardHandler)
+	m, err := rivermigrate.New(driver, &rivermigrate.Config{Logger: quiet})
 	if err != nil {
 		return fmt.Errorf("river migrations: %w", err)
 	}
