@@ -65,9 +65,19 @@ type Limits struct {
 	// queued. cmd/sandbot derives the default from the machine's memory
 	// when the operator does not set it.
 	ExecutionMemoryBytes int64
-	// ProjectExecutionPercent is the share of ExecutionMemoryBytes the
-	// running executions of one project may hold together.
+	// ProjectExecutionPercent is the share of ExecutionMemoryBytes, and of
+	// the executions admitted at once, that the running executions of one
+	// project may hold together.
 	ProjectExecutionPercent int64
+	// ExecutionsPerCore is how many executions a node admits at once per
+	// core (the node's are this times GOMAXPROCS). Whatever is admitted,
+	// only as many run guest code at a time as there are cores, taking
+	// turns at their fuel yields in a fair order across projects.
+	ExecutionsPerCore int64
+	// ExecutionWaitMillis is how long an execution that does not fit (the
+	// node's executions or memory, or its project's share of them) waits
+	// for room before it is refused (429 with Retry-After); -1: none waits.
+	ExecutionWaitMillis int64
 
 	// CompileConcurrency is how many modules compile at once; others wait
 	// (up to CompileQueue of them, then 429).
@@ -79,12 +89,18 @@ type Limits struct {
 	// module is refused as too expensive to compile.
 	CompileCPUSeconds  int64
 	CompileMemoryBytes int64
+	// CompileSeconds is the wall-clock limit of a compilation at $deploy,
+	// where a caller waits for it; past it the module is refused as too
+	// expensive to compile. A module already deployed is compiled again
+	// (another replica, the cache) under CompileCPUSeconds alone.
+	CompileSeconds int64
 
 	// Module structure, checked at deploy before wazero sees the module
 	// (runtime/wasmparse.go): compile time and memory, and what each
 	// instance allocates, grow with these.
 	ModuleFunctions      int64 // functions, imported and defined
 	ModuleFunctionBytes  int64 // bytes of one function body
+	ModuleCodeBytes      int64 // bytes of all function bodies: compile time grows with them
 	ModuleFunctionLocals int64 // locals of one function
 	ModuleLocals         int64 // locals of all functions
 	ModuleBrTableTargets int64 // targets of one br_table
@@ -149,11 +165,14 @@ func Default() Limits {
 
 		ExecutionMemoryBytes:    1 << 30,
 		ProjectExecutionPercent: 50,
+		ExecutionsPerCore:       8,
+		ExecutionWaitMillis:     250,
 
 		CompileConcurrency: 2,
 		CompileQueue:       16,
 		CompileCPUSeconds:  60,
 		CompileMemoryBytes: 2 << 30,
+		CompileSeconds:     4,
 
 		// Browsers' limits where they have one (V8: 50,000 locals per
 		// function, 65,520 br_table targets); the others leave Go bots
@@ -161,6 +180,7 @@ func Default() Limits {
 		// segments, 6,400 table elements) far inside.
 		ModuleFunctions:      100_000,
 		ModuleFunctionBytes:  2 << 20,
+		ModuleCodeBytes:      12 << 20,
 		ModuleFunctionLocals: 50_000,
 		ModuleLocals:         1_000_000,
 		ModuleBrTableTargets: 65_520,
@@ -212,12 +232,16 @@ func (l Limits) WithDefaults() Limits {
 	set(&l.BotStackBytes, d.BotStackBytes)
 	set(&l.ExecutionMemoryBytes, d.ExecutionMemoryBytes)
 	set(&l.ProjectExecutionPercent, d.ProjectExecutionPercent)
+	set(&l.ExecutionsPerCore, d.ExecutionsPerCore)
+	set(&l.ExecutionWaitMillis, d.ExecutionWaitMillis)
 	set(&l.CompileConcurrency, d.CompileConcurrency)
 	set(&l.CompileQueue, d.CompileQueue)
 	set(&l.CompileCPUSeconds, d.CompileCPUSeconds)
 	set(&l.CompileMemoryBytes, d.CompileMemoryBytes)
+	set(&l.CompileSeconds, d.CompileSeconds)
 	set(&l.ModuleFunctions, d.ModuleFunctions)
 	set(&l.ModuleFunctionBytes, d.ModuleFunctionBytes)
+	set(&l.ModuleCodeBytes, d.ModuleCodeBytes)
 	set(&l.ModuleFunctionLocals, d.ModuleFunctionLocals)
 	set(&l.ModuleLocals, d.ModuleLocals)
 	set(&l.ModuleBrTableTargets, d.ModuleBrTableTargets)
@@ -282,6 +306,10 @@ func Settings() []Setting {
 			Min: 1 << 20, Max: 1 << 44, Field: func(l *Limits) *int64 { return &l.ExecutionMemoryBytes }},
 		{Env: "SANDBOT_PROJECT_EXECUTION_PERCENT", Flag: "project-execution-percent", Usage: "share of the execution memory budget one project's executions may hold (over: 429)",
 			Min: 1, Max: 100, Field: func(l *Limits) *int64 { return &l.ProjectExecutionPercent }},
+		{Env: "SANDBOT_EXECUTIONS_PER_CORE", Flag: "executions-per-core", Usage: "bot executions admitted at once per core (only as many as there are cores run guest code at a time, taking turns fairly across projects)",
+			Min: 1, Max: 1024, Field: func(l *Limits) *int64 { return &l.ExecutionsPerCore }},
+		{Env: "SANDBOT_EXECUTION_WAIT_MS", Flag: "execution-wait-ms", Usage: "how long an execution that does not fit waits for room before 429 (0: none waits)",
+			Min: 0, Max: 60_000, ZeroIsOff: true, Field: func(l *Limits) *int64 { return &l.ExecutionWaitMillis }},
 		{Env: "SANDBOT_COMPILE_CONCURRENCY", Flag: "compile-concurrency", Usage: "bot modules compiled at once",
 			Min: 1, Max: 256, Field: func(l *Limits) *int64 { return &l.CompileConcurrency }},
 		{Env: "SANDBOT_COMPILE_QUEUE", Flag: "compile-queue", Usage: "compilations that may wait for a slot (more: 429; 0: none waits)",
@@ -290,10 +318,14 @@ func Settings() []Setting {
 			Min: 1, Max: 3600, Field: func(l *Limits) *int64 { return &l.CompileCPUSeconds }},
 		{Env: "SANDBOT_COMPILE_MEMORY_BYTES", Flag: "compile-memory-bytes", Usage: "address space ceiling of one module's compilation",
 			Min: 64 << 20, Max: 1 << 40, Field: func(l *Limits) *int64 { return &l.CompileMemoryBytes }},
+		{Env: "SANDBOT_COMPILE_SECONDS", Flag: "compile-seconds", Usage: "wall-clock limit of a compilation at $deploy (over: 400)",
+			Min: 1, Max: 3600, Field: func(l *Limits) *int64 { return &l.CompileSeconds }},
 		{Env: "SANDBOT_MODULE_MAX_FUNCTIONS", Flag: "module-max-functions", Usage: "functions of a bot module, imported and defined",
 			Min: 1, Max: 1 << 24, Field: func(l *Limits) *int64 { return &l.ModuleFunctions }},
 		{Env: "SANDBOT_MODULE_MAX_FUNCTION_BYTES", Flag: "module-max-function-bytes", Usage: "bytes of one function body of a bot module",
 			Min: 1 << 10, Max: 1 << 30, Field: func(l *Limits) *int64 { return &l.ModuleFunctionBytes }},
+		{Env: "SANDBOT_MODULE_MAX_CODE_BYTES", Flag: "module-max-code-bytes", Usage: "bytes of all function bodies of a bot module (compile time grows with them)",
+			Min: 1 << 10, Max: 1 << 30, Field: func(l *Limits) *int64 { return &l.ModuleCodeBytes }},
 		{Env: "SANDBOT_MODULE_MAX_FUNCTION_LOCALS", Flag: "module-max-function-locals", Usage: "locals of one function of a bot module",
 			Min: 1, Max: 1 << 24, Field: func(l *Limits) *int64 { return &l.ModuleFunctionLocals }},
 		{Env: "SANDBOT_MODULE_MAX_LOCALS", Flag: "module-max-locals", Usage: "locals of all functions of a bot module",

@@ -128,7 +128,7 @@ func (r *Runtime) Execute(ctx context.Context, m *Module, ex Execution) (*Result
 	}
 	defer m.release()
 	lim := r.limits(ex.Limits)
-	release, refused := r.admission.acquire(ex.Tenant, r.reservation(m, lim))
+	release, refused := r.admission.acquire(ctx, ex.Tenant, r.reservation(m, lim))
 	if refused != "" {
 		r.metrics.admission.WithLabelValues(refused).Inc()
 		if refused == "project" {
@@ -155,16 +155,18 @@ func (r *Runtime) Execute(ctx context.Context, m *Module, ex Execution) (*Result
 
 	res := &Result{}
 	logs := &logBuffer{max: lim.LogBytes, writeMax: r.cfg.Limits.BotLogWriteBytes}
+	cpu := &turn{c: r.cpu, tenant: ex.Tenant}
+	defer func() { r.metrics.cpuWait.Observe(cpu.waited.Seconds()) }()
 	var err error
 	var used uint64
 	if m.js != nil {
-		used, err = r.runJS(ctx, m, ex, lim, logs, res, start)
+		used, err = r.runJS(ctx, m, ex, lim, logs, cpu, res, start)
 	} else {
 		mem := &guestMemory{limit: lim.MemoryBytes, image: m.image}
 		if !r.cfg.noPool {
 			mem.pool = r.pool
 		}
-		err = r.run(ctx, m, ex, lim, mem, logs, res, start)
+		err = r.run(ctx, m, ex, lim, mem, logs, cpu, res, start)
 		mem.Free() // in case wazero did not (idempotent)
 		used, _ = mem.stats()
 	}
@@ -187,7 +189,7 @@ func (r *Runtime) Execute(ctx context.Context, m *Module, ex Execution) (*Result
 	return res, err
 }
 
-func (r *Runtime) run(parent context.Context, m *Module, ex Execution, lim Limits, mem *guestMemory, logs *logBuffer, res *Result, start time.Time) error {
+func (r *Runtime) run(parent context.Context, m *Module, ex Execution, lim Limits, mem *guestMemory, logs *logBuffer, cpu *turn, res *Result, start time.Time) error {
 	if m.minMemory > lim.MemoryBytes {
 		return failf(FailMemory, "Bot needs %d bytes of memory, over the limit of %d bytes", m.minMemory, lim.MemoryBytes)
 	}
@@ -196,7 +198,7 @@ func (r *Runtime) run(parent context.Context, m *Module, ex Execution, lim Limit
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	logs.onFlood(func() { cancel(errLogFlood) })
-	ctx = context.WithValue(ctx, stateKey{}, &execState{fhir: ex.FHIR, logs: logs})
+	ctx = context.WithValue(ctx, stateKey{}, &execState{fhir: ex.FHIR, logs: logs, cpu: cpu})
 	ctx = experimental.WithMemoryAllocator(ctx, mem)
 
 	stderr := &lineWriter{logs: logs, level: 1}
@@ -264,6 +266,12 @@ func (r *Runtime) run(parent context.Context, m *Module, ex Execution, lim Limit
 		return failf(FailTrap, "Bot trapped in %s: %s", what, msg)
 	}
 
+	// Guest code runs on a core of its turn (admission.go): waiting for one
+	// counts against the deadline.
+	if err := cpu.acquire(ctx); err != nil {
+		return classify(err, "the wait for a core")
+	}
+	defer cpu.release()
 	inst, err := r.wz.InstantiateModule(ctx, m.compiled, cfg)
 	if err != nil {
 		return classify(err, "instantiation")

@@ -16,6 +16,24 @@ import (
 type execState struct {
 	fhir func(ctx context.Context, request []byte) []byte
 	logs *logBuffer
+	// cpu is the execution's turn with the CPU: it yields at fuel yields,
+	// and gives its core up while the host answers a FHIR call.
+	cpu *turn
+}
+
+// offCPU runs fn, which waits on I/O, without holding a core, and takes a
+// core again after it (stopping the execution if its deadline passes
+// meanwhile).
+func (st *execState) offCPU(ctx context.Context, fn func()) {
+	if st == nil || st.cpu == nil {
+		fn()
+		return
+	}
+	st.cpu.release()
+	fn()
+	if err := st.cpu.acquire(ctx); err != nil {
+		panic(err)
+	}
 }
 
 type stateKey struct{}
@@ -85,6 +103,11 @@ func hostYield(ctx context.Context, mod api.Module, stack []uint64) {
 	if mod.IsClosed() {
 		panic(errInstanceClosed)
 	}
+	if st := stateFrom(ctx); st != nil {
+		if err := st.cpu.yield(ctx); err != nil {
+			panic(err)
+		}
+	}
 }
 
 // stopIfDone stops the execution calling a host function once its context
@@ -124,7 +147,7 @@ func hostFHIR(ctx context.Context, mod api.Module, stack []uint64) {
 	req = bytes.Clone(req) // the guest's memory may move when it grows
 	resp := fhirNotImplemented
 	if st := stateFrom(ctx); st != nil && st.fhir != nil {
-		resp = st.fhir(ctx, req)
+		st.offCPU(ctx, func() { resp = st.fhir(ctx, req) })
 	}
 	alloc := mod.ExportedFunction("sandbot_alloc")
 	if alloc == nil {

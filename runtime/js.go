@@ -895,7 +895,7 @@ func (r *Runtime) setGCThreshold(ctx context.Context, inst *jsInstance) error {
 
 // runJS runs one execution of a JavaScript bot. It returns the linear
 // memory size at the end.
-func (r *Runtime) runJS(parent context.Context, m *Module, ex Execution, lim Limits, logs *logBuffer, res *Result, start time.Time) (uint64, error) {
+func (r *Runtime) runJS(parent context.Context, m *Module, ex Execution, lim Limits, logs *logBuffer, cpu *turn, res *Result, start time.Time) (uint64, error) {
 	bot := m.js
 	eng := r.jsEng
 	if uint64(bot.img.size) > lim.MemoryBytes {
@@ -906,6 +906,12 @@ func (r *Runtime) runJS(parent context.Context, m *Module, ex Execution, lim Lim
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	logs.onFlood(func() { cancel(errLogFlood) })
+	// Guest code runs on a core of its turn (admission.go): waiting for one
+	// counts against the deadline.
+	if err := cpu.acquire(ctx); err != nil {
+		return 0, r.classifyJS(ctx, nil, nil, lim, start, err)
+	}
+	defer cpu.release()
 
 	inst := bot.get()
 	if inst == nil {
@@ -929,8 +935,9 @@ func (r *Runtime) runJS(parent context.Context, m *Module, ex Execution, lim Lim
 	inst.mem.arm(lim.MemoryBytes)
 	stdout := &lineWriter{logs: logs, level: 1}
 	inst.stdio.attach(stdout)
-	call := &jsCall{inst: inst, eng: eng, st: &execState{fhir: ex.FHIR, logs: logs}, output: lim.OutputBytes}
+	call := &jsCall{inst: inst, eng: eng, st: &execState{fhir: ex.FHIR, logs: logs, cpu: cpu}, output: lim.OutputBytes}
 	ctx = context.WithValue(ctx, jsCallKey{}, call)
+	ctx = context.WithValue(ctx, stateKey{}, call.st)
 
 	err := r.driveJS(ctx, inst, eng, call, ex)
 	inst.stdio.attach(nil)
@@ -1020,12 +1027,17 @@ func (r *Runtime) driveJS(ctx context.Context, inst *jsInstance, eng *jsEngine, 
 			continue
 		}
 		if wait > 0 {
+			// A timer's wait holds no core.
+			call.st.cpu.release()
 			timer := time.NewTimer(time.Duration(wait * float64(time.Millisecond)))
 			select {
 			case <-timer.C:
 			case <-ctx.Done():
 				timer.Stop()
 				return context.Cause(ctx)
+			}
+			if err := call.st.cpu.acquire(ctx); err != nil {
+				return err
 			}
 		}
 	}
@@ -1218,7 +1230,7 @@ func jsHostCall(ctx context.Context, mod api.Module, stack []uint64) {
 	case "fhir":
 		reply = fhirNotImplemented
 		if call.st.fhir != nil {
-			reply = call.st.fhir(ctx, arg)
+			call.st.offCPU(ctx, func() { reply = call.st.fhir(ctx, arg) })
 		}
 	case "random":
 		n, _ := strconv.Atoi(string(arg))

@@ -13,5 +13,5 @@ func TestMain(m *testing.M) {
 // testBudget is a budget with no limits.
 func testBudget() *moduleBudget {
 	const n = 1 << 62
-	return &moduleBudget{n, n, n, n, n, n, n, n, n, n, n, n}
+	return &moduleBudget{n, n, n, n, n, n, n, n, n, n, n, n, n}
 }

@@ -20,6 +20,7 @@ type metrics struct {
 	compileRefused  prometheus.Counter
 	admission       *prometheus.CounterVec
 	reservedBytes   prometheus.Gauge
+	cpuWait         prometheus.Histogram
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -71,6 +72,11 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "sandbot_bot_compile_refused_total",
 			Help: "Compilations refused because every compile slot was taken and the queue was full.",
 		}),
+		cpuWait: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "sandbot_bot_cpu_wait_seconds",
+			Help:    "Time an execution waited for a core to run guest code on (all its turns together).",
+			Buckets: []float64{.0001, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10},
+		}),
 		admission: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "sandbot_bot_executions_refused_total",
 			Help: "Executions refused at admission, by the budget that was full: node or project.",
@@ -94,6 +100,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		m.compileRefused = register(reg, m.compileRefused)
 		m.admission = register(reg, m.admission)
 		m.reservedBytes = register(reg, m.reservedBytes)
+		m.cpuWait = register(reg, m.cpuWait)
 	}
 	return m
 }

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	goruntime "runtime"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -80,6 +81,7 @@ type Runtime struct {
 	compileSlots   chan struct{}
 	compileWaiting atomic.Int64
 	admission      *admission
+	cpu            *cpuTurns
 	lastChild      atomic.Pointer[childUsage] // for tests
 
 	mu          sync.RWMutex
@@ -136,6 +138,7 @@ func New(ctx context.Context, cfg Config) (*Runtime, error) {
 		budget: moduleBudget{
 			functions:      uint64(l.ModuleFunctions),
 			functionBytes:  uint64(l.ModuleFunctionBytes),
+			codeBytes:      uint64(l.ModuleCodeBytes),
 			functionLocals: uint64(l.ModuleFunctionLocals),
 			locals:         uint64(l.ModuleLocals),
 			brTableTargets: uint64(l.ModuleBrTableTargets),
@@ -151,7 +154,9 @@ func New(ctx context.Context, cfg Config) (*Runtime, error) {
 		cacheDir:     cacheDir,
 		ownCacheDir:  ownCacheDir,
 		compileSlots: make(chan struct{}, max(l.CompileConcurrency, 1)),
-		admission:    newAdmission(l.ExecutionMemoryBytes, l.ProjectExecutionPercent),
+		admission: newAdmission(l.ExecutionMemoryBytes, l.ProjectExecutionPercent, int(l.ExecutionsPerCore)*goruntime.GOMAXPROCS(0),
+			time.Duration(max(l.ExecutionWaitMillis, 0))*time.Millisecond),
+		cpu: newCPUTurns(goruntime.GOMAXPROCS(0)),
 	}
 	if _, err := wasi_snapshot_preview1.Instantiate(ctx, wz); err != nil {
 		_ = r.Close(ctx)

@@ -32,6 +32,7 @@ import (
 type moduleBudget struct {
 	functions      uint64 // imported and defined
 	functionBytes  uint64 // one function body
+	codeBytes      uint64 // all function bodies: compile time grows with them
 	functionLocals uint64 // locals of one function, parameters excluded
 	locals         uint64 // locals of all functions
 	brTableTargets uint64 // targets of one br_table
@@ -730,7 +731,7 @@ func (m *moduleInfo) parseCode(r *reader, b *moduleBudget, sectionOffset int) er
 		return fmt.Errorf("code section has %d bodies, function section declares %d", n, len(m.funcTypes))
 	}
 	m.bodies = make([]funcBody, n)
-	var totalLocals uint64
+	var totalLocals, totalCode uint64
 	sc := &scanner{m: m, b: b}
 	for i := range m.bodies {
 		size, err := r.u32()
@@ -739,6 +740,12 @@ func (m *moduleInfo) parseCode(r *reader, b *moduleBudget, sectionOffset int) er
 		}
 		if uint64(size) > b.functionBytes {
 			return limitError("function %d is %d bytes, over the limit of %d bytes per function", uint64(i)+uint64(m.importedFuncs), size, b.functionBytes)
+		}
+		// Checked before the bodies are scanned: ten thousand functions
+		// each under the per-function limit take as long to compile as
+		// one of their total size.
+		if totalCode += uint64(size); b.codeBytes > 0 && totalCode > b.codeBytes {
+			return limitError("the module's code is over the limit of %d bytes for all functions together", b.codeBytes)
 		}
 		off := r.off
 		raw, err := r.bytes(size)
