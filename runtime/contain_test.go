@@ -430,3 +430,36 @@ func TestDataImage(t *testing.T) {
 		t.Fatal("a pooled buffer came back with the image's bytes")
 	}
 }
+
+// TestHostCallLoopsMeetTheDeadline: a loop of WASI calls that each do much
+// work for few guest instructions (random_get of 60 MiB; fd_write of a
+// million empty iovecs; random_get reached through a table) stops at its
+// deadline: every WASI call is preceded by a yield, where the deadline is
+// checked.
+func TestHostCallLoopsMeetTheDeadline(t *testing.T) {
+	r := testRuntime(t)
+	const timeout = time.Second
+	for name, wasm := range map[string][]byte{
+		"random_get of 60 MiB":         wasmtest.RandomGetFlood(60 << 20),
+		"random_get through a table":   wasmtest.RandomGetThroughTable(60 << 20),
+		"fd_write of a million iovecs": wasmtest.IovecFlood(),
+	} {
+		t.Run(name, func(t *testing.T) {
+			m, err := r.Compile(context.Background(), wasm)
+			if err != nil {
+				t.Fatal(err)
+			}
+			start := time.Now()
+			res, err := r.Execute(context.Background(), m, Execution{Event: []byte(`{}`), Limits: Limits{Timeout: timeout}})
+			took := time.Since(start)
+			var f *Failure
+			if !errors.As(err, &f) || (f.Kind != FailTimeout && f.Kind != FailOutput) {
+				t.Fatalf("%v %v", res, err)
+			}
+			t.Logf("stopped after %v: %s", took, f.Message)
+			if bound := testtiming.Bound(timeout, time.Second); took > bound {
+				t.Fatalf("ran %v, over %v", took, bound)
+			}
+		})
+	}
+}

@@ -114,6 +114,10 @@ type moduleInfo struct {
 	size          int // of the module
 	// globalsWritten: the rewrite has written the global section.
 	globalsWritten bool
+	// wrapped are the imported functions the rewrite reaches through a
+	// wrapper, and wrapperOf their wrappers' indices (wasmrewrite.go).
+	wrapped   []uint32
+	wrapperOf map[uint32]uint32
 	// instanceBytes estimates what one instance allocates outside its
 	// linear memory: tables, globals, element and data instances.
 	instanceBytes uint64

@@ -35,15 +35,26 @@ import (
 //     MB per execution, outside the memory limit). `return` becomes a branch
 //     to a block wrapping the body, so that every exit passes the
 //     decrement.
+//   - Host calls check the deadline: every WASI function the module
+//     imports is reached through a wrapper appended to the module, which
+//     yields (hostYield) and then calls the import; every reference to the
+//     import (calls, ref.func, element segments, exports, the start
+//     function) names the wrapper instead, so a table cannot reach the
+//     import around it either. A loop of host calls that each do much work
+//     for few guest instructions (random_get of 60 MiB, fd_write of a
+//     million iovecs) therefore meets the deadline, and the CPU's turns,
+//     at every call, not every yieldFuel instructions. (sandbot's own
+//     functions check the context themselves.)
 //   - Tables without a maximum get max = min (docs/decisions.md 14).
 //   - Active data segments that are disjoint are merged (see mergeData).
 //   - Custom sections (names, debug information) are dropped: nothing reads
 //     them and wazero would parse them.
 //
-// The rewrite appends a type, an import, two globals and a local, and shifts
-// the module's defined functions by one; the pre-parse has checked that no
-// index in the module's own code reaches past what the module defines, so
-// none comes to name what the rewrite adds.
+// The rewrite appends a type, an import, two globals, a local and the WASI
+// wrappers (after the module's own functions), and shifts the module's
+// defined functions by one; the pre-parse has checked that no index in the
+// module's own code reaches past what the module defines, so none comes to
+// name what the rewrite adds.
 
 const (
 	// yieldModule and yieldName are the host function the instrumented
@@ -58,6 +69,10 @@ const (
 
 	yieldPeriodic      = 0 // the fuel ran out
 	yieldStackExceeded = 1 // the call depth passed the stack limit
+	yieldHostCall      = 2 // a WASI function is about to be called
+
+	// wasiModule is the import module whose functions get wrappers.
+	wasiModule = "wasi_snapshot_preview1"
 )
 
 // instrumentation is what the emitter needs to know about the rewritten
@@ -72,6 +87,8 @@ type instrumentation struct {
 	// encoded as) of the block that wraps its body: empty, a value type, or
 	// for several results a type index appended to the type section.
 	wrapTypes map[uint32]int64
+	// shift maps a function index of the module to the rewritten module's.
+	shift func(uint32) uint32
 }
 
 // emitter writes one function's instrumented instructions as the scanner
@@ -184,10 +201,7 @@ func (e *emitter) ret(off int, depth int) {
 // funcIndex rewrites the function index encoded at [off, end).
 func (e *emitter) funcIndex(off, end int, f uint32) {
 	e.copyTo(off)
-	if f >= e.ins.importedFuncs {
-		f++
-	}
-	e.out = appendU32(e.out, f)
+	e.out = appendU32(e.out, e.ins.shift(f))
 	e.copied = end
 }
 
@@ -298,7 +312,9 @@ func (m *moduleInfo) rewrite(b *moduleBudget, opts rewriteOptions) ([]byte, erro
 		depthGlobal:   m.globals + 1,
 		stackSlots:    opts.stackSlots,
 		wrapTypes:     map[uint32]int64{},
+		shift:         m.shiftFunc,
 	}
+	m.wrapHostCalls()
 	// Types: the module's, then the yield function's, then the block types
 	// of wrapped bodies with several results.
 	types := slices.Clone(m.types)
@@ -386,6 +402,8 @@ func (m *moduleInfo) rewrite(b *moduleBudget, opts rewriteOptions) ([]byte, erro
 				return nil, fmt.Errorf("element section: %w", err)
 			}
 			out = appendSection(out, secElement, nb)
+		case secFunction:
+			out = appendSection(out, secFunction, m.functionSection())
 		case secCode:
 			out = m.appendGlobals(out)
 			code, err := m.rewriteCode(b, ins)
@@ -444,7 +462,62 @@ func (m *moduleInfo) shiftFunc(f uint32) uint32 {
 	if f >= m.importedFuncs {
 		return f + 1
 	}
+	if w, ok := m.wrapperOf[f]; ok {
+		return w
+	}
 	return f
+}
+
+// wrapHostCalls chooses the imports that get a wrapper (the WASI
+// functions) and the wrappers' indices, after the module's own functions
+// and the yield import. A module that defines no function has no code
+// that could call an import in a loop, and gets none.
+func (m *moduleInfo) wrapHostCalls() {
+	m.wrapped, m.wrapperOf = nil, map[uint32]uint32{}
+	if len(m.funcTypes) == 0 {
+		return
+	}
+	base := m.importedFuncs + 1 + uint32(len(m.funcTypes))
+	for i := uint32(0); i < m.importedFuncs && int(i) < len(m.imports); i++ {
+		if imp := m.imports[i]; imp.kind == 0 && imp.module == wasiModule {
+			m.wrapperOf[i] = base + uint32(len(m.wrapped))
+			m.wrapped = append(m.wrapped, i)
+		}
+	}
+}
+
+// functionSection is the function section with the wrappers' types
+// appended.
+func (m *moduleInfo) functionSection() []byte {
+	body := appendU32(nil, uint32(len(m.funcTypes)+len(m.wrapped)))
+	for _, t := range m.funcTypes {
+		body = appendU32(body, t)
+	}
+	for _, i := range m.wrapped {
+		body = appendU32(body, m.importTypes[i])
+	}
+	return body
+}
+
+// appendWrappers appends the wrappers' bodies to a code section's: yield
+// (the deadline, the CPU's turn), then call the import with the wrapper's
+// own parameters.
+func (m *moduleInfo) appendWrappers(out []byte, yieldFunc uint32) []byte {
+	for _, i := range m.wrapped {
+		body := []byte{0x00}                           // no locals
+		body = append(body, 0x41, yieldHostCall, 0x10) // i32.const, call
+		body = appendU32(body, yieldFunc)
+		for p := range m.types[m.importTypes[i]].params {
+			body = append(body, 0x20) // local.get
+			body = appendU32(body, uint32(p))
+		}
+		body = append(body, 0x10) // call the import itself
+		body = appendU32(body, i)
+		body = append(body, 0x0b)
+		out = appendU32(out, uint32(len(body)))
+		out = append(out, body...)
+	}
+	return out
 }
 
 func (m *moduleInfo) section(id byte) []byte {
@@ -574,7 +647,7 @@ func rewriteElements(body []byte, shift func(uint32) uint32) ([]byte, error) {
 
 // rewriteCode instruments every function body.
 func (m *moduleInfo) rewriteCode(b *moduleBudget, ins *instrumentation) ([]byte, error) {
-	out := appendU32(nil, uint32(len(m.bodies)))
+	out := appendU32(nil, uint32(len(m.bodies)+len(m.wrapped)))
 	sc := &scanner{m: m, b: b}
 	em := &emitter{ins: ins}
 	var total uint64
@@ -599,7 +672,7 @@ func (m *moduleInfo) rewriteCode(b *moduleBudget, ins *instrumentation) ([]byte,
 		out = appendU32(out, uint32(len(em.out)))
 		out = append(out, em.out...)
 	}
-	return out, nil
+	return m.appendWrappers(out, ins.yieldFunc), nil
 }
 
 func capTables(body []byte) ([]byte, error) {

@@ -370,3 +370,49 @@ func DataSegment(size int) []byte {
 		Handle: []byte{0x42, 0x02, 0x0b}, // i64.const 2: the envelope at 0, 2 bytes
 	}.Build()
 }
+
+// RandomGetFlood asks WASI's random_get for n bytes at address 0, forever;
+// its memory is just large enough.
+func RandomGetFlood(n int) []byte {
+	pages := uint32((n + 0xffff) >> 16)
+	return Module{
+		Types:   [][]byte{FuncType([]byte{I32, I32}, []byte{I32})},
+		Imports: [][]byte{TypedImport("wasi_snapshot_preview1", "random_get", 3)},
+		Memory:  Cat([]byte{0x00}, ULEB(pages)),
+		// loop: drop(random_get(0, n)); br 0
+		Handle: Cat([]byte{0x03, 0x40, 0x41, 0x00, 0x41}, SLEB(int64(n)), []byte{0x10, 0x00, 0x1a, 0x0c, 0x00, 0x0b, 0x42, 0x00, 0x0b}),
+	}.Build()
+}
+
+// RandomGetThroughTable is RandomGetFlood with random_get reached through a
+// table (call_indirect), not by name.
+func RandomGetThroughTable(n int) []byte {
+	pages := uint32((n + 0xffff) >> 16)
+	return Module{
+		Types:   [][]byte{FuncType([]byte{I32, I32}, []byte{I32})},
+		Imports: [][]byte{TypedImport("wasi_snapshot_preview1", "random_get", 3)},
+		Memory:  Cat([]byte{0x00}, ULEB(pages)),
+		Tables:  [][]byte{{0x70, 0x00, 0x01}},
+		// table 0 at 0: the import (function 0).
+		Elems: Vec(Cat([]byte{0x00, 0x41, 0x00, 0x0b}, Vec([]byte{0x00}))),
+		// loop: drop(call_indirect type 3 (0, n, 0)); br 0
+		Handle: Cat([]byte{0x03, 0x40, 0x41, 0x00, 0x41}, SLEB(int64(n)), []byte{0x41, 0x00, 0x11, 0x03, 0x00, 0x1a, 0x0c, 0x00, 0x0b, 0x42, 0x00, 0x0b}),
+	}.Build()
+}
+
+// ManyDenseFunctions is n functions of about size bytes of straight-line
+// code each (see DenseCode): each under a per-function limit, together as
+// costly to compile as one function of their total size.
+func ManyDenseFunctions(n, size int) []byte {
+	unit := []byte{0x41, 0x01, 0x41, 0x01, 0x6a, 0x1a}
+	code := make([]byte, 0, size+1)
+	for len(code)+len(unit) <= size {
+		code = append(code, unit...)
+	}
+	code = append(code, 0x0b)
+	funcs := make([]Func, n)
+	for i := range funcs {
+		funcs[i] = Func{Type: 2, Code: code}
+	}
+	return Module{Funcs: funcs}.Build()
+}
