@@ -17,11 +17,11 @@ import (
 
 	"github.com/gorilla/mux"
 
-	"github.com/sandbot/sandbot/internal/services/admin"
 	"github.com/sandbot/sandbot/fhir"
-	"github.com/sandbot/sandbot/internal/services/fhirservice"
 	"github.com/sandbot/sandbot/internal/handlers/httpx"
 	"github.com/sandbot/sandbot/internal/principal"
+	"github.com/sandbot/sandbot/internal/services/admin"
+	"github.com/sandbot/sandbot/internal/services/fhirservice"
 	"github.com/sandbot/sandbot/limits"
 )
 

@@ -24,10 +24,10 @@ import (
 
 	"github.com/google/uuid"
 
-	"github.com/sandbot/sandbot/internal/services/admin"
 	"github.com/sandbot/sandbot/fhir"
 	"github.com/sandbot/sandbot/internal/server"
 	"github.com/sandbot/sandbot/internal/servertest"
+	"github.com/sandbot/sandbot/internal/services/admin"
 	"github.com/sandbot/sandbot/store"
 	"github.com/sandbot/sandbot/store/storetest"
 )

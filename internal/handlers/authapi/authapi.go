@@ -25,9 +25,9 @@ import (
 	"github.com/gorilla/mux"
 
 	"github.com/sandbot/sandbot/fhir"
-	"github.com/sandbot/sandbot/internal/services/auth"
 	"github.com/sandbot/sandbot/internal/handlers/httpx"
 	"github.com/sandbot/sandbot/internal/principal"
+	"github.com/sandbot/sandbot/internal/services/auth"
 	"github.com/sandbot/sandbot/limits"
 )
 

@@ -13,11 +13,11 @@ import (
 
 	"github.com/golang-jwt/jwt/v5"
 
-	"github.com/sandbot/sandbot/internal/services/admin"
 	"github.com/sandbot/sandbot/fhir"
-	"github.com/sandbot/sandbot/internal/services/auth"
 	"github.com/sandbot/sandbot/internal/server"
 	"github.com/sandbot/sandbot/internal/servertest"
+	"github.com/sandbot/sandbot/internal/services/admin"
+	"github.com/sandbot/sandbot/internal/services/auth"
 	"github.com/sandbot/sandbot/store"
 	"github.com/sandbot/sandbot/store/storetest"
 )

@@ -23,8 +23,8 @@ import (
 
 	"github.com/google/uuid"
 
-	"github.com/sandbot/sandbot/internal/services/admin"
 	"github.com/sandbot/sandbot/fhir"
+	"github.com/sandbot/sandbot/internal/services/admin"
 	"github.com/sandbot/sandbot/store"
 	"github.com/sandbot/sandbot/store/storetest"
 )

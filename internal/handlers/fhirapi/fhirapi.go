@@ -17,12 +17,12 @@ import (
 
 	"github.com/sandbot/sandbot/fhir"
 	"github.com/sandbot/sandbot/fhir/definitions"
-	"github.com/sandbot/sandbot/internal/services/auth"
-	"github.com/sandbot/sandbot/internal/services/fhirgraphql"
-	"github.com/sandbot/sandbot/internal/services/fhirservice"
 	"github.com/sandbot/sandbot/internal/handlers/httpx"
 	"github.com/sandbot/sandbot/internal/principal"
+	"github.com/sandbot/sandbot/internal/services/auth"
 	"github.com/sandbot/sandbot/internal/services/bots"
+	"github.com/sandbot/sandbot/internal/services/fhirgraphql"
+	"github.com/sandbot/sandbot/internal/services/fhirservice"
 	"github.com/sandbot/sandbot/limits"
 )
 

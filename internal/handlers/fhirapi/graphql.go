@@ -5,9 +5,9 @@ import (
 	"net/http"
 
 	"github.com/sandbot/sandbot/fhir"
-	"github.com/sandbot/sandbot/internal/services/fhirgraphql"
 	"github.com/sandbot/sandbot/internal/handlers/httpx"
 	"github.com/sandbot/sandbot/internal/principal"
+	"github.com/sandbot/sandbot/internal/services/fhirgraphql"
 )
 
 // graphql is GET and POST /fhir/R4/$graphql: a query in the JSON body

@@ -7,8 +7,8 @@ import (
 
 	"github.com/sandbot/sandbot/fhir"
 	"github.com/sandbot/sandbot/fhir/definitions"
-	"github.com/sandbot/sandbot/internal/services/fhirservice"
 	"github.com/sandbot/sandbot/internal/handlers/httpx"
+	"github.com/sandbot/sandbot/internal/services/fhirservice"
 )
 
 var (

@@ -9,8 +9,8 @@ import (
 	"unicode/utf8"
 
 	"github.com/sandbot/sandbot/fhir"
-	"github.com/sandbot/sandbot/internal/services/fhirservice"
 	"github.com/sandbot/sandbot/internal/principal"
+	"github.com/sandbot/sandbot/internal/services/fhirservice"
 )
 
 // Media types of deployed code.

@@ -6,9 +6,9 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/sandbot/sandbot/internal/services/fhirservice"
 	"github.com/sandbot/sandbot/internal/principal"
 	"github.com/sandbot/sandbot/internal/servertest"
+	"github.com/sandbot/sandbot/internal/services/fhirservice"
 	"github.com/sandbot/sandbot/store/storetest"
 )
 
