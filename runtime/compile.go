@@ -184,6 +184,13 @@ func (r *Runtime) compile(ctx context.Context, hash string, wasm []byte) (*Modul
 	}
 	r.metrics.cacheMisses.Inc()
 	start := time.Now()
+	if isDeploying(ctx) {
+		// The deploy's limit covers the whole compilation, the pre-parse
+		// and rewrite included.
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithDeadline(ctx, start.Add(time.Duration(r.cfg.Limits.CompileSeconds)*time.Second))
+		defer cancel()
+	}
 	imports, prepared, info, err := prepareModule(wasm, &r.budget, r.stackSlots)
 	if err != nil {
 		var me *ModuleError
@@ -280,11 +287,22 @@ func (r *Runtime) runChild(ctx context.Context, prepared []byte) (usage childUsa
 	}
 	release, err := r.slot(ctx)
 	if err != nil {
+		if isDeploying(ctx) && errors.Is(err, context.DeadlineExceeded) {
+			// The deploy's time went on waiting for a compile slot.
+			return usage, &BusyError{Reason: "Too many bot modules are being compiled; try again shortly", RetryAfter: 5 * time.Second}
+		}
 		return usage, err
 	}
 	defer release()
 	lim := r.cfg.Limits
+	// A deploy's caller waits for the compilation: it gets CompileSeconds.
+	// A module already deployed compiles again (another replica, a cold
+	// cache) in the background, under the CPU ceiling alone.
+	deploy := isDeploying(ctx)
 	wall := time.Duration(lim.CompileCPUSeconds)*2*time.Second + 10*time.Second
+	if dl, ok := ctx.Deadline(); deploy && ok {
+		wall = time.Until(dl)
+	}
 	ctx, cancel := context.WithTimeout(ctx, wall)
 	defer cancel()
 	exe, err := os.Executable()
@@ -302,7 +320,7 @@ func (r *Runtime) runChild(ctx context.Context, prepared []byte) (usage childUsa
 		childCacheEnv + "=" + r.cacheDir,
 		childMemEnv + "=" + strconv.FormatInt(lim.CompileMemoryBytes, 10),
 		childCPUEnv + "=" + strconv.FormatInt(lim.CompileCPUSeconds, 10),
-		"GOMAXPROCS=1",
+		"GOMAXPROCS=" + strconv.Itoa(compileThreads()),
 	}
 	cmd.Stdin = bytes.NewReader(prepared)
 	var stdout, stderr cappedBuffer
@@ -321,7 +339,17 @@ func (r *Runtime) runChild(ctx context.Context, prepared []byte) (usage childUsa
 	}
 	if ctx.Err() != nil {
 		if errors.Is(ctx.Err(), context.DeadlineExceeded) && time.Since(start) >= wall {
-			return usage, moduleErrorf("module is too expensive to compile: not done after %s", wall)
+			limit := time.Duration(lim.CompileSeconds) * time.Second
+			if deploy && usage.cpu < wall/2 {
+				// The child was starved of CPU (the server is busy), not
+				// held up by the module: the caller may try again.
+				r.metrics.compileRefused.Inc()
+				return usage, &BusyError{Reason: "The server is too busy to compile the module now; try again shortly", RetryAfter: 5 * time.Second}
+			}
+			if !deploy {
+				limit = wall
+			}
+			return usage, moduleErrorf("module is too expensive to compile: not done within the compile time limit of %s", limit)
 		}
 		return usage, ctx.Err()
 	}
@@ -404,7 +432,9 @@ func compilerChild() int {
 		fmt.Fprintln(os.Stderr, "compiler child: reading the module:", err)
 		return 2
 	}
-	ctx := context.Background()
+	// As many compilation workers as the child may use threads: a module's
+	// functions compile in parallel.
+	ctx := experimental.WithCompilationWorkers(context.Background(), goruntime.GOMAXPROCS(0))
 	cache, err := wazero.NewCompilationCacheWithDir(dir)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "compiler child: cache:", err)
@@ -419,3 +449,21 @@ func compilerChild() int {
 	_ = cache.Close(ctx)
 	return 0
 }
+
+type deployingKey struct{}
+
+// Deploying marks ctx as a deploy's: compilations asked under it are held to
+// limits.CompileSeconds of wall-clock time, since a caller waits for them;
+// a module that takes longer is refused as too expensive to compile (or,
+// when the compiler got less than half that time of CPU, the caller is told
+// to try again: the server was too busy). Other compilations (a module
+// deployed before, compiled again on another replica or after the cache was
+// lost) have the CPU ceiling alone.
+func Deploying(ctx context.Context) context.Context { return context.WithValue(ctx, deployingKey{}, true) }
+
+func isDeploying(ctx context.Context) bool { b, _ := ctx.Value(deployingKey{}).(bool); return b }
+
+// compileThreads is how many threads a compiler child uses: two where the
+// machine has them, so that a module compiles in about half the time its
+// caller waits, while one core is left to the server.
+func compileThreads() int { return min(goruntime.NumCPU(), 2) }

@@ -463,3 +463,48 @@ func TestHostCallLoopsMeetTheDeadline(t *testing.T) {
 		})
 	}
 }
+
+// TestDeployCompileIsBounded: a deploy answers within its compile time
+// limit whatever the module. Ten thousand dense functions of 3 KiB each
+// (31 MiB, each under the per-function limit) are refused at once by the
+// limit on all the code together; with that limit raised, a module too
+// costly to compile is stopped at the wall-clock limit.
+func TestDeployCompileIsBounded(t *testing.T) {
+	t.Run("code bytes", func(t *testing.T) {
+		r := testRuntime(t)
+		wasm := wasmtest.ManyDenseFunctions(10_000, 3200)
+		start := time.Now()
+		_, err := r.Compile(Deploying(context.Background()), wasm)
+		var me *ModuleError
+		if !errors.As(err, &me) || !strings.Contains(me.Reason, "for all functions together") {
+			t.Fatalf("%d-byte module: %v", len(wasm), err)
+		}
+		t.Logf("%d-byte module refused after %v: %s", len(wasm), time.Since(start), me.Reason)
+		if bound := testtiming.Limit(time.Second, 10*time.Second); time.Since(start) > bound {
+			t.Fatalf("took %v", time.Since(start))
+		}
+	})
+	t.Run("wall clock", func(t *testing.T) {
+		r, err := New(context.Background(), Config{Limits: limits.Limits{CompileSeconds: 1, ModuleCodeBytes: 1 << 30}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer r.Close(context.Background())
+		wasm := wasmtest.ManyDenseFunctions(10_000, 3200)
+		start := time.Now()
+		_, err = r.Compile(Deploying(context.Background()), wasm)
+		took := time.Since(start)
+		var me *ModuleError
+		var busy *BusyError
+		switch {
+		case errors.As(err, &me) && strings.Contains(me.Reason, "compile time limit of 1s"):
+		case errors.As(err, &busy): // the machine too busy to give the child its time
+		default:
+			t.Fatalf("%v", err)
+		}
+		t.Logf("refused after %v (child CPU %v): %v", took, r.lastChild.Load().cpu, err)
+		if bound := testtiming.Bound(time.Second, 2*time.Second); took > bound {
+			t.Fatalf("took %v, over %v", took, bound)
+		}
+	})
+}

@@ -11,6 +11,7 @@ import (
 	"github.com/sandbot/sandbot/fhir"
 	"github.com/sandbot/sandbot/internal/principal"
 	"github.com/sandbot/sandbot/internal/services/fhirservice"
+	"github.com/sandbot/sandbot/runtime"
 )
 
 // Media types of deployed code.
@@ -68,7 +69,7 @@ func (s *Service) Deploy(ctx context.Context, d Deploy) error {
 			return err
 		}
 	}
-	mod, err := s.rt.Compile(ctx, wasm)
+	mod, err := s.rt.Compile(runtime.Deploying(ctx), wasm)
 	if err != nil {
 		return busyError(moduleError(err))
 	}
