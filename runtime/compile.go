@@ -459,7 +459,9 @@ type deployingKey struct{}
 // to try again: the server was too busy). Other compilations (a module
 // deployed before, compiled again on another replica or after the cache was
 // lost) have the CPU ceiling alone.
-func Deploying(ctx context.Context) context.Context { return context.WithValue(ctx, deployingKey{}, true) }
+func Deploying(ctx context.Context) context.Context {
+	return context.WithValue(ctx, deployingKey{}, true)
+}
 
 func isDeploying(ctx context.Context) bool { b, _ := ctx.Value(deployingKey{}).(bool); return b }
 
