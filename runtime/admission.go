@@ -2,6 +2,7 @@ package runtime
 
 import (
 	"context"
+	goruntime "runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -355,9 +356,17 @@ func (t *turn) release() {
 }
 
 // yield, at a fuel yield, gives the core up once the execution has run its
-// quantum and another waits, and waits for its next turn.
+// quantum and another execution waits, and waits for its next turn. When
+// none waits, it still lets the Go scheduler run the goroutines that serve
+// requests: compiled guest code cannot be preempted, and left alone the
+// scheduler would take the thread back only every 10 ms.
 func (t *turn) yield(ctx context.Context) error {
-	if t == nil || !t.held || t.c.waiting.Load() == 0 || time.Since(t.since) < t.c.quantum {
+	if t == nil || !t.held || time.Since(t.since) < t.c.quantum {
+		return nil
+	}
+	if t.c.waiting.Load() == 0 {
+		goruntime.Gosched()
+		t.since = time.Now()
 		return nil
 	}
 	t.release()

@@ -3,12 +3,14 @@ package runtime
 import (
 	"bytes"
 	"context"
+	"crypto/rand"
 	"errors"
 	"fmt"
 	"sync"
 
 	"github.com/tetratelabs/wazero"
 	"github.com/tetratelabs/wazero/api"
+	"github.com/tetratelabs/wazero/imports/wasi_snapshot_preview1"
 )
 
 // execState is the per-execution state the host functions reach through the
@@ -50,6 +52,51 @@ var fhirNotImplemented = []byte(`{"status":501,"body":{"resourceType":"Operation
 // limit: the host buffers at most that much for a guest.
 func fhirReplyTooLarge(limit int) []byte {
 	return fmt.Appendf(nil, `{"status":413,"body":{"resourceType":"OperationOutcome","issue":[{"severity":"error","code":"too-costly","details":{"text":"FHIR response over the bot's limit of %d bytes: ask for less (_count, _elements)"}}]}}`, limit)
+}
+
+// instantiateWASI instantiates wazero's WASI functions, but random_get,
+// whose one call may fill the whole memory (64 MiB: a tenth of a second of
+// CPU): sandbot's fills it a mebibyte at a time, checking the deadline and
+// taking its turn with the CPU in between.
+func instantiateWASI(ctx context.Context, wz wazero.Runtime) error {
+	b := wz.NewHostModuleBuilder(wasi_snapshot_preview1.ModuleName)
+	wasi_snapshot_preview1.NewFunctionExporter().ExportFunctions(b)
+	i32 := api.ValueTypeI32
+	b.NewFunctionBuilder().
+		WithGoModuleFunction(api.GoModuleFunc(hostRandomGet), []api.ValueType{i32, i32}, []api.ValueType{i32}).
+		WithParameterNames("buf", "buf_len").
+		Export("random_get")
+	_, err := b.Instantiate(ctx)
+	return err
+}
+
+// randomChunk is how much random_get fills between two checks.
+const randomChunk = 1 << 20
+
+// hostRandomGet is WASI's random_get (errno 0 on success, 21 EFAULT for a
+// buffer out of bounds).
+func hostRandomGet(ctx context.Context, mod api.Module, stack []uint64) {
+	buf, n := uint32(stack[0]), uint32(stack[1])
+	b, ok := mod.Memory().Read(buf, n)
+	if !ok {
+		stack[0] = 21 // EFAULT
+		return
+	}
+	st := stateFrom(ctx)
+	for len(b) > 0 {
+		stopIfDone(ctx)
+		if st != nil {
+			if err := st.cpu.yield(ctx); err != nil {
+				panic(err)
+			}
+		}
+		k := min(len(b), randomChunk)
+		if _, err := rand.Read(b[:k]); err != nil {
+			panic(err)
+		}
+		b = b[k:]
+	}
+	stack[0] = 0
 }
 
 func instantiateHost(ctx context.Context, wz wazero.Runtime) error {

@@ -158,7 +158,7 @@ func New(ctx context.Context, cfg Config) (*Runtime, error) {
 			time.Duration(max(l.ExecutionWaitMillis, 0))*time.Millisecond),
 		cpu: newCPUTurns(goruntime.GOMAXPROCS(0)),
 	}
-	if _, err := wasi_snapshot_preview1.Instantiate(ctx, wz); err != nil {
+	if err := instantiateWASI(ctx, wz); err != nil {
 		_ = r.Close(ctx)
 		return nil, fmt.Errorf("runtime: WASI: %w", err)
 	}

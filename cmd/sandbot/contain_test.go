@@ -61,8 +61,16 @@ type hostileServer struct {
 	livez   []time.Duration
 }
 
-func startHostileServer(t *testing.T) *hostileServer {
+// startHostileServer starts the server with the execution memory budget of
+// this test (hostileBudget), or with env's settings instead.
+func startHostileServer(t *testing.T, env ...string) *hostileServer {
 	t.Helper()
+	if len(env) == 0 {
+		env = []string{"SANDBOT_EXECUTION_MEMORY_BYTES=" + strconv.Itoa(hostileBudget),
+			// A pathological module's compilation is stopped after 3 s of CPU.
+			"SANDBOT_COMPILE_CPU_SECONDS=3"}
+	}
+	settings := env
 	api, ops := servertest.FreeAddr(t), servertest.FreeAddr(t)
 	bin, env := os.Args[0], []string{"SANDBOT_TEST_SERVE=1"}
 	if b := os.Getenv("SANDBOT_HOSTILE_BINARY"); b != "" {
@@ -72,11 +80,8 @@ func startHostileServer(t *testing.T) *hostileServer {
 		"-data-dir", t.TempDir(), "-log-level", "warn")
 	cmd.Env = append(env,
 		"PATH="+os.Getenv("PATH"),
-		"SANDBOT_ADMIN_CLIENT_ID="+hostileAdminID, "SANDBOT_ADMIN_CLIENT_SECRET="+hostileAdminSecret,
-		"SANDBOT_EXECUTION_MEMORY_BYTES="+strconv.Itoa(hostileBudget),
-		// A pathological module's compilation is stopped after 3 s of CPU.
-		"SANDBOT_COMPILE_CPU_SECONDS=3",
-	)
+		"SANDBOT_ADMIN_CLIENT_ID="+hostileAdminID, "SANDBOT_ADMIN_CLIENT_SECRET="+hostileAdminSecret)
+	cmd.Env = append(cmd.Env, settings...)
 	s := &hostileServer{t: t, cmd: cmd, api: "http://" + api + "/", ops: "http://" + ops + "/", exited: make(chan struct{}), stderr: &servertest.SyncBuffer{}}
 	cmd.Stderr = s.stderr
 	if err := cmd.Start(); err != nil {
