@@ -3,6 +3,7 @@ package runtime
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"github.com/sandbot/sandbot/internal/testtiming"
 	"github.com/sandbot/sandbot/internal/wasmtest"
@@ -507,4 +508,76 @@ func TestDeployCompileIsBounded(t *testing.T) {
 			t.Fatalf("took %v, over %v", took, bound)
 		}
 	})
+}
+
+// TestChunkedBulkMemory: memory.fill and memory.copy, run a mebibyte at a
+// time, do what one instruction would, overlapping copies in both
+// directions included.
+func TestChunkedBulkMemory(t *testing.T) {
+	const size = 3<<20 + 12345
+	text := make([]byte, size)
+	for i := range text {
+		text[i] = 'a' + byte(i%26)
+	}
+	env := append(append([]byte(`{"result":"`), text...), `"}`...)
+	const base = len(`{"result":"`)
+	ops := []struct {
+		copy    bool
+		d, s, n int // s is the fill byte for a fill
+	}{
+		{true, base + 1000, base, 2<<20 + 7},      // overlapping, d > s: from the end
+		{true, base + 50, base + 70, 2<<20 + 5},   // overlapping, d < s: from the start
+		{false, base + 100, 'z', 1<<20 + 3},       // fill over a chunk
+		{true, base + 3<<20, base + 5, 12000},     // small, no chunk
+		{false, base + 2<<20 + 9, 'q', 1<<20 - 1}, // under a chunk
+	}
+	want := append([]byte(nil), env...)
+	var handle []byte
+	for _, op := range ops {
+		handle = append(handle, 0x41)
+		handle = append(handle, wasmtest.SLEB(int64(op.d))...)
+		handle = append(handle, 0x41)
+		handle = append(handle, wasmtest.SLEB(int64(op.s))...)
+		handle = append(handle, 0x41)
+		handle = append(handle, wasmtest.SLEB(int64(op.n))...)
+		if op.copy {
+			handle = append(handle, 0xfc, 0x0a, 0x00, 0x00)
+			copy(want[op.d:op.d+op.n], want[op.s:op.s+op.n])
+		} else {
+			handle = append(handle, 0xfc, 0x0b, 0x00)
+			for i := op.d; i < op.d+op.n; i++ {
+				want[i] = byte(op.s)
+			}
+		}
+	}
+	handle = append(handle, 0x42)
+	handle = append(handle, wasmtest.SLEB(int64(len(env)))...) // the envelope at 0
+	handle = append(handle, 0x0b)
+	pages := uint32((len(env) + 0xffff) >> 16)
+	wasm := wasmtest.Module{
+		Memory: wasmtest.Cat([]byte{0x00}, wasmtest.ULEB(pages)),
+		Data:   wasmtest.Vec(wasmtest.Cat([]byte{0x00, 0x41, 0x00, 0x0b}, wasmtest.ULEB(uint32(len(env))), env)),
+		Handle: handle,
+	}.Build()
+	r := testRuntime(t)
+	m, err := r.Compile(context.Background(), wasm)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := r.Execute(context.Background(), m, Execution{Event: []byte(`{}`)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got string
+	if err := json.Unmarshal(res.Envelope.Result, &got); err != nil {
+		t.Fatal(err)
+	}
+	if got != string(want[base:len(want)-2]) {
+		for i := range got {
+			if got[i] != want[base+i] {
+				t.Fatalf("first difference at byte %d: %q, want %q", i, got[i], want[base+i])
+			}
+		}
+		t.Fatal("the results differ in length")
+	}
 }

@@ -118,6 +118,10 @@ type moduleInfo struct {
 	// wrapper, and wrapperOf their wrappers' indices (wasmrewrite.go).
 	wrapped   []uint32
 	wrapperOf map[uint32]uint32
+	// chunked says the rewrite appended the chunked memory.fill and
+	// memory.copy (wasmrewrite.go), of type bulkType.
+	chunked  bool
+	bulkType uint32
 	// instanceBytes estimates what one instance allocates outside its
 	// linear memory: tables, globals, element and data instances.
 	instanceBytes uint64
@@ -1126,7 +1130,7 @@ func (s *scanner) scan(fb *funcBody, raw []byte, funcIdx uint64, totalLocals *ui
 		case op == 0xfc:
 			err = s.scanMisc(r, fb, pop, push, memZero, idx)
 			if fb.bulk && em != nil && isBulk(raw[codeStart+start:r.off]) {
-				em.bulk(start)
+				em.bulk(start, r.off-codeStart, raw[codeStart+start:r.off])
 			}
 		case op == 0xfd:
 			err = scanSIMD(r, pop, push, memarg)

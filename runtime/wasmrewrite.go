@@ -45,6 +45,11 @@ import (
 //     million iovecs) therefore meets the deadline, and the CPU's turns,
 //     at every call, not every yieldFuel instructions. (sandbot's own
 //     functions check the context themselves.)
+//   - memory.fill and memory.copy, which wazero runs as one uninterruptible
+//     step (a 64 MiB fill held a core for 40 ms), become calls of functions
+//     appended to the module that do the same a mebibyte at a time and
+//     yield in between. Only a trap's partial writes differ, and a trapped
+//     instance is never used again.
 //   - Tables without a maximum get max = min (docs/decisions.md 14).
 //   - Active data segments that are disjoint are merged (see mergeData).
 //   - Custom sections (names, debug information) are dropped: nothing reads
@@ -89,6 +94,10 @@ type instrumentation struct {
 	wrapTypes map[uint32]int64
 	// shift maps a function index of the module to the rewritten module's.
 	shift func(uint32) uint32
+	// fillFunc and copyFunc are the chunked memory.fill and memory.copy
+	// (valid when chunked).
+	chunked            bool
+	fillFunc, copyFunc uint32
 }
 
 // emitter writes one function's instrumented instructions as the scanner
@@ -205,9 +214,10 @@ func (e *emitter) funcIndex(off, end int, f uint32) {
 	e.copied = end
 }
 
-// bulk charges a bulk instruction at off by its length, which is on top of
-// the operand stack.
-func (e *emitter) bulk(off int) {
+// bulk charges the bulk instruction instr at [off, end) by its length,
+// which is on top of the operand stack; memory.fill and memory.copy become
+// calls of their chunked versions.
+func (e *emitter) bulk(off, end int, instr []byte) {
 	e.copyTo(off)
 	g := e.ins.fuelGlobal
 	o := e.out
@@ -221,6 +231,77 @@ func (e *emitter) bulk(off int) {
 	o = appendU32(o, g)
 	e.out = o
 	e.refuelIfEmpty()
+	if !e.ins.chunked {
+		return
+	}
+	switch string(instr) {
+	case "\xfc\x0b\x00": // memory.fill of memory 0
+		e.out = append(e.out, 0x10)
+		e.out = appendU32(e.out, e.ins.fillFunc)
+		e.copied = end
+	case "\xfc\x0a\x00\x00": // memory.copy within memory 0
+		e.out = append(e.out, 0x10)
+		e.out = appendU32(e.out, e.ins.copyFunc)
+		e.copied = end
+	}
+}
+
+// bulkChunk is how many bytes a chunked memory.fill or memory.copy moves
+// between two yields.
+const bulkChunk = 1 << 20
+
+// chunkedFill is the body of fill(d, v, n): memory.fill a chunk at a time.
+func chunkedFill(yieldFunc uint32) []byte {
+	c := appendS32(nil, bulkChunk)
+	b := []byte{0x00, 0x03, 0x40, 0x20, 2, 0x41} // no locals; loop; n > C?
+	b = append(b, c...)
+	b = append(b, 0x4b, 0x04, 0x40, 0x20, 0, 0x20, 1, 0x41) // if; fill(d, v, C)
+	b = append(b, c...)
+	b = append(b, 0xfc, 0x0b, 0x00, 0x20, 0, 0x41) // d += C
+	b = append(b, c...)
+	b = append(b, 0x6a, 0x21, 0, 0x20, 2, 0x41) // n -= C
+	b = append(b, c...)
+	b = append(b, 0x6b, 0x21, 2, 0x41, yieldPeriodic, 0x10)
+	b = appendU32(b, yieldFunc)
+	b = append(b, 0x0c, 1, 0x0b, 0x0b)                               // br loop; end if; end loop
+	b = append(b, 0x20, 0, 0x20, 1, 0x20, 2, 0xfc, 0x0b, 0x00, 0x0b) // fill(d, v, n); end
+	return b
+}
+
+// chunkedCopy is the body of copy(d, s, n): memory.copy a chunk at a time,
+// from the start when d <= s and from the end otherwise, so that
+// overlapping ranges copy as one memory.copy would.
+func chunkedCopy(yieldFunc uint32) []byte {
+	c := appendS32(nil, bulkChunk)
+	b := []byte{0x00, 0x20, 0, 0x20, 1, 0x4d, 0x04, 0x40} // no locals; if d <= s
+	// loop: while n > C { copy(d, s, C); d += C; s += C; n -= C; yield }
+	b = append(b, 0x03, 0x40, 0x20, 2, 0x41)
+	b = append(b, c...)
+	b = append(b, 0x4b, 0x04, 0x40, 0x20, 0, 0x20, 1, 0x41)
+	b = append(b, c...)
+	b = append(b, 0xfc, 0x0a, 0x00, 0x00)
+	for _, l := range []byte{0, 1} {
+		b = append(b, 0x20, l, 0x41)
+		b = append(b, c...)
+		b = append(b, 0x6a, 0x21, l)
+	}
+	b = append(b, 0x20, 2, 0x41)
+	b = append(b, c...)
+	b = append(b, 0x6b, 0x21, 2, 0x41, yieldPeriodic, 0x10)
+	b = appendU32(b, yieldFunc)
+	b = append(b, 0x0c, 1, 0x0b, 0x0b)
+	// else loop: while n > C { n -= C; copy(d+n, s+n, C); yield }
+	b = append(b, 0x05, 0x03, 0x40, 0x20, 2, 0x41)
+	b = append(b, c...)
+	b = append(b, 0x4b, 0x04, 0x40, 0x20, 2, 0x41)
+	b = append(b, c...)
+	b = append(b, 0x6b, 0x21, 2, 0x20, 0, 0x20, 2, 0x6a, 0x20, 1, 0x20, 2, 0x6a, 0x41)
+	b = append(b, c...)
+	b = append(b, 0xfc, 0x0a, 0x00, 0x00, 0x41, yieldPeriodic, 0x10)
+	b = appendU32(b, yieldFunc)
+	b = append(b, 0x0c, 1, 0x0b, 0x0b, 0x0b)                               // br loop; end if; end loop; end if/else
+	b = append(b, 0x20, 0, 0x20, 1, 0x20, 2, 0xfc, 0x0a, 0x00, 0x00, 0x0b) // copy(d, s, n); end
+	return b
 }
 
 // finalEnd is called with the offset of the body's final end.
@@ -320,6 +401,12 @@ func (m *moduleInfo) rewrite(b *moduleBudget, opts rewriteOptions) ([]byte, erro
 	types := slices.Clone(m.types)
 	yieldType := uint32(len(types))
 	types = append(types, funcType{params: []byte{0x7f}})
+	if m.chunked = m.hasMemory && slices.ContainsFunc(m.bodies, func(fb funcBody) bool { return fb.bulk }); m.chunked {
+		m.bulkType = uint32(len(types))
+		types = append(types, funcType{params: []byte{0x7f, 0x7f, 0x7f}})
+		base := m.importedFuncs + 1 + uint32(len(m.funcTypes)) + uint32(len(m.wrapped))
+		ins.chunked, ins.fillFunc, ins.copyFunc = true, base, base+1
+	}
 	for i := range m.bodies {
 		fb := &m.bodies[i]
 		if !fb.calls {
@@ -489,14 +576,27 @@ func (m *moduleInfo) wrapHostCalls() {
 // functionSection is the function section with the wrappers' types
 // appended.
 func (m *moduleInfo) functionSection() []byte {
-	body := appendU32(nil, uint32(len(m.funcTypes)+len(m.wrapped)))
+	body := appendU32(nil, uint32(len(m.funcTypes)+len(m.wrapped)+m.appended()))
 	for _, t := range m.funcTypes {
 		body = appendU32(body, t)
 	}
 	for _, i := range m.wrapped {
 		body = appendU32(body, m.importTypes[i])
 	}
+	if m.chunked {
+		body = appendU32(body, m.bulkType)
+		body = appendU32(body, m.bulkType)
+	}
 	return body
+}
+
+// appended is how many functions the rewrite appends besides the wrappers:
+// the chunked fill and copy.
+func (m *moduleInfo) appended() int {
+	if m.chunked {
+		return 2
+	}
+	return 0
 }
 
 // appendWrappers appends the wrappers' bodies to a code section's: yield
@@ -516,6 +616,12 @@ func (m *moduleInfo) appendWrappers(out []byte, yieldFunc uint32) []byte {
 		body = append(body, 0x0b)
 		out = appendU32(out, uint32(len(body)))
 		out = append(out, body...)
+	}
+	if m.chunked {
+		for _, body := range [][]byte{chunkedFill(yieldFunc), chunkedCopy(yieldFunc)} {
+			out = appendU32(out, uint32(len(body)))
+			out = append(out, body...)
+		}
 	}
 	return out
 }
@@ -647,7 +753,7 @@ func rewriteElements(body []byte, shift func(uint32) uint32) ([]byte, error) {
 
 // rewriteCode instruments every function body.
 func (m *moduleInfo) rewriteCode(b *moduleBudget, ins *instrumentation) ([]byte, error) {
-	out := appendU32(nil, uint32(len(m.bodies)+len(m.wrapped)))
+	out := appendU32(nil, uint32(len(m.bodies)+len(m.wrapped)+m.appended()))
 	sc := &scanner{m: m, b: b}
 	em := &emitter{ins: ins}
 	var total uint64
