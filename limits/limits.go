@@ -8,7 +8,10 @@
 // runtime may import it (docs/decisions.md 14).
 package limits
 
-import "time"
+import (
+	goruntime "runtime"
+	"time"
+)
 
 // Limits are the limits sandbot enforces. Every component takes the whole
 // struct and calls [Limits.WithDefaults] once, so a zero field means "the
@@ -74,6 +77,11 @@ type Limits struct {
 	// only as many run guest code at a time as there are cores, taking
 	// turns at their fuel yields in a fair order across projects.
 	ExecutionsPerCore int64
+	// GuestCores is how many executions run guest code at once, taking
+	// turns at their fuel yields; by default the cores (GOMAXPROCS) but
+	// one, at least one, so that a core is left to serve requests whatever
+	// the bots do.
+	GuestCores int64
 	// ExecutionWaitMillis is how long an execution that does not fit (the
 	// node's executions or memory, or its project's share of them) waits
 	// for room before it is refused (429 with Retry-After); -1: none waits.
@@ -166,6 +174,7 @@ func Default() Limits {
 		ExecutionMemoryBytes:    1 << 30,
 		ProjectExecutionPercent: 50,
 		ExecutionsPerCore:       8,
+		GuestCores:              int64(max(goruntime.GOMAXPROCS(0)-1, 1)),
 		ExecutionWaitMillis:     250,
 
 		CompileConcurrency: 2,
@@ -233,6 +242,7 @@ func (l Limits) WithDefaults() Limits {
 	set(&l.ExecutionMemoryBytes, d.ExecutionMemoryBytes)
 	set(&l.ProjectExecutionPercent, d.ProjectExecutionPercent)
 	set(&l.ExecutionsPerCore, d.ExecutionsPerCore)
+	set(&l.GuestCores, d.GuestCores)
 	set(&l.ExecutionWaitMillis, d.ExecutionWaitMillis)
 	set(&l.CompileConcurrency, d.CompileConcurrency)
 	set(&l.CompileQueue, d.CompileQueue)
@@ -308,6 +318,8 @@ func Settings() []Setting {
 			Min: 1, Max: 100, Field: func(l *Limits) *int64 { return &l.ProjectExecutionPercent }},
 		{Env: "SANDBOT_EXECUTIONS_PER_CORE", Flag: "executions-per-core", Usage: "bot executions admitted at once per core (only as many as there are cores run guest code at a time, taking turns fairly across projects)",
 			Min: 1, Max: 1024, Field: func(l *Limits) *int64 { return &l.ExecutionsPerCore }},
+		{Env: "SANDBOT_GUEST_CORES", Flag: "guest-cores", Usage: "executions that run bots' code at once, taking turns fairly across projects (default: the cores but one, at least one)",
+			Min: 1, Max: 1024, Field: func(l *Limits) *int64 { return &l.GuestCores }},
 		{Env: "SANDBOT_EXECUTION_WAIT_MS", Flag: "execution-wait-ms", Usage: "how long an execution that does not fit waits for room before 429 (0: none waits)",
 			Min: 0, Max: 60_000, ZeroIsOff: true, Field: func(l *Limits) *int64 { return &l.ExecutionWaitMillis }},
 		{Env: "SANDBOT_COMPILE_CONCURRENCY", Flag: "compile-concurrency", Usage: "bot modules compiled at once",

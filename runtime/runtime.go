@@ -90,6 +90,18 @@ type Runtime struct {
 	flights     map[string]*compileFlight
 }
 
+// guestCores is how many executions run guest code at once: n, or the
+// cores but one (at least one). Guest code cannot be preempted by the Go
+// scheduler between its yields, so a core left to the goroutines that serve
+// requests is what keeps their latency in milliseconds while bots spin
+// (runtime/RATIONALE.md, "Sharing the CPU").
+func guestCores(n int64) int {
+	if n > 0 {
+		return int(n)
+	}
+	return max(goruntime.GOMAXPROCS(0)-1, 1)
+}
+
 // wasm32MaxPages is the largest memory a 32-bit module can address (4 GiB).
 const wasm32MaxPages = 65536
 
@@ -156,7 +168,7 @@ func New(ctx context.Context, cfg Config) (*Runtime, error) {
 		compileSlots: make(chan struct{}, max(l.CompileConcurrency, 1)),
 		admission: newAdmission(l.ExecutionMemoryBytes, l.ProjectExecutionPercent, int(l.ExecutionsPerCore)*goruntime.GOMAXPROCS(0),
 			time.Duration(max(l.ExecutionWaitMillis, 0))*time.Millisecond),
-		cpu: newCPUTurns(goruntime.GOMAXPROCS(0)),
+		cpu: newCPUTurns(guestCores(l.GuestCores)),
 	}
 	if err := instantiateWASI(ctx, wz); err != nil {
 		_ = r.Close(ctx)
