@@ -59,8 +59,8 @@ test-replicas:
 # scripts/fuzz.sh runs a target again, once, when Go's coordinator stops it
 # at the time limit without a finding (go.dev/issue/75804, fixed in Go 1.27).
 fuzz:
-	GO=$(GO) scripts/fuzz.sh . ./hl7 FuzzParse $(FUZZTIME)
-	GO=$(GO) scripts/fuzz.sh . ./hl7 FuzzAck 10s
+	GO=$(GO) scripts/fuzz.sh sdk ./hl7 FuzzParse $(FUZZTIME)
+	GO=$(GO) scripts/fuzz.sh sdk ./hl7 FuzzAck 10s
 	GO=$(GO) scripts/fuzz.sh . ./fhir FuzzParseSearch 10s
 	GO=$(GO) scripts/fuzz.sh . ./fhir FuzzParseFilter 10s
 	GO=$(GO) scripts/fuzz.sh . ./fhir FuzzParsePath 10s
