@@ -30,7 +30,8 @@ vet:
 test-go:
 	$(GO) test -count=1 ./...
 
-# The bot SDK is its own module; its host-side tests run natively.
+# The bot SDK is its own module (with the HL7 parser, sdk/hl7); its host-side
+# tests run natively.
 test-sdk:
 	cd sdk && $(GO) vet ./... && $(GO) test -count=1 ./...
 
