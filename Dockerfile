@@ -2,7 +2,10 @@
 # Build: a static binary (pure-Go SQLite, no cgo).
 FROM golang:1.26-bookworm AS build
 WORKDIR /src
+# The SDK is a module of its own that go.mod replaces with ./sdk: its go.mod is
+# needed to resolve the module graph.
 COPY go.mod go.sum ./
+COPY sdk/go.mod sdk/
 RUN go mod download
 COPY . .
 # The JavaScript bot engine (runtime/jsengine's lockfile): npm ci, then embedded.

@@ -30,7 +30,8 @@ vet:
 test-go:
 	$(GO) test -count=1 ./...
 
-# The bot SDK is its own module; its host-side tests run natively.
+# The bot SDK is its own module (with the HL7 parser, sdk/hl7); its host-side
+# tests run natively.
 test-sdk:
 	cd sdk && $(GO) vet ./... && $(GO) test -count=1 ./...
 
@@ -59,8 +60,8 @@ test-replicas:
 # scripts/fuzz.sh runs a target again, once, when Go's coordinator stops it
 # at the time limit without a finding (go.dev/issue/75804, fixed in Go 1.27).
 fuzz:
-	GO=$(GO) scripts/fuzz.sh . ./hl7 FuzzParse $(FUZZTIME)
-	GO=$(GO) scripts/fuzz.sh . ./hl7 FuzzAck 10s
+	GO=$(GO) scripts/fuzz.sh sdk ./hl7 FuzzParse $(FUZZTIME)
+	GO=$(GO) scripts/fuzz.sh sdk ./hl7 FuzzAck 10s
 	GO=$(GO) scripts/fuzz.sh . ./fhir FuzzParseSearch 10s
 	GO=$(GO) scripts/fuzz.sh . ./fhir FuzzParseFilter 10s
 	GO=$(GO) scripts/fuzz.sh . ./fhir FuzzParsePath 10s

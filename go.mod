@@ -11,6 +11,7 @@ require (
 	github.com/jmoiron/sqlx v1.4.0
 	github.com/lib/pq v1.12.3
 	github.com/prometheus/client_golang v1.25.0
+	github.com/sandbot/sandbot/sdk v0.0.0
 	github.com/tetratelabs/wazero v1.12.0
 	golang.org/x/crypto v0.58.0
 	golang.org/x/sys v0.49.0
@@ -51,3 +52,7 @@ require (
 	modernc.org/mathutil v1.7.1 // indirect
 	modernc.org/memory v1.12.1 // indirect
 )
+
+// The SDK (and the hl7 package in it) is a module of its own, so that a bot
+// author's module needs nothing but it (docs/decisions.md 31).
+replace github.com/sandbot/sandbot/sdk => ./sdk

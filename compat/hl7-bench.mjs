@@ -1,5 +1,5 @@
 // Times @medplum/core's Hl7Message on the same inputs as the Go benchmarks in
-// hl7/bench_test.go, the same way, and prints MB/s:
+// sdk/hl7/bench_test.go, the same way, and prints MB/s:
 //
 //   parse        Hl7Message.parse of every corpus message    (BenchmarkParse)
 //   parse+get3   parse, then PID-3, PID-5.1 and MSH-10        (BenchmarkParseGet3)
@@ -21,9 +21,9 @@ import { stripFraming, splitMessages } from './hl7-golden.mjs';
 globalThis.WebSocket ??= class WebSocket {};
 const { Hl7Message } = await import('@medplum/core');
 
-// The corpus kept in the repository (hl7/testdata/corpus, with its origins
+// The corpus kept in the repository (sdk/hl7/testdata/corpus, with its origins
 // and licences); HL7_CORPUS points elsewhere.
-const corpus = process.env.HL7_CORPUS ?? fileURLToPath(new URL('../hl7/testdata/corpus/', import.meta.url));
+const corpus = process.env.HL7_CORPUS ?? fileURLToPath(new URL('../sdk/hl7/testdata/corpus/', import.meta.url));
 const seconds = Number(process.env.BENCH_SECONDS ?? 2);
 
 function walk(dir) {

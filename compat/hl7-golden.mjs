@@ -1,6 +1,6 @@
-// Generates hl7/testdata/medplum-golden.json: what @medplum/core's Hl7Message
+// Generates sdk/hl7/testdata/medplum-golden.json: what @medplum/core's Hl7Message
 // returns for every field of every message of the HL7 corpus
-// (hl7/testdata/corpus), for the differential test in hl7/corpus_test.go
+// (sdk/hl7/testdata/corpus), for the differential test in sdk/hl7/corpus_test.go
 // (TestMedplumDifferential).
 //
 // Run: cd compat && node hl7-golden.mjs
@@ -25,10 +25,10 @@ import { fileURLToPath, pathToFileURL } from 'node:url';
 globalThis.WebSocket ??= class WebSocket {};
 const { Hl7Message } = await import('@medplum/core');
 
-// The corpus kept in the repository (hl7/testdata/corpus, with its origins
+// The corpus kept in the repository (sdk/hl7/testdata/corpus, with its origins
 // and licences); HL7_CORPUS points elsewhere.
-const corpus = process.env.HL7_CORPUS ?? fileURLToPath(new URL('../hl7/testdata/corpus/', import.meta.url));
-const out = '../hl7/testdata/medplum-golden.json';
+const corpus = process.env.HL7_CORPUS ?? fileURLToPath(new URL('../sdk/hl7/testdata/corpus/', import.meta.url));
+const out = '../sdk/hl7/testdata/medplum-golden.json';
 
 function walk(dir) {
   const files = [];
@@ -101,7 +101,7 @@ function describe(msg) {
   return { segments };
 }
 
-// Inputs behind each deliberate difference listed in hl7/DIFFERENCES.md; the
+// Inputs behind each deliberate difference listed in sdk/hl7/DIFFERENCES.md; the
 // Go test TestDifferences checks that medplum behaves as the document says
 // and that our package behaves differently in the documented way.
 export const differenceCases = {
@@ -174,7 +174,7 @@ function main() {
   for (const [name, text] of Object.entries(differenceCases)) {
     result.differences[name] = { input: text, medplum: medplumCase(name, text) };
   }
-  mkdirSync('../hl7/testdata', { recursive: true });
+  mkdirSync('../sdk/hl7/testdata', { recursive: true });
   writeFileSync(out, JSON.stringify(result, null, 0).replaceAll('},"', '},\n"') + '\n');
   console.log(`wrote ${out}: ${Object.keys(result.files).length} files`);
 }

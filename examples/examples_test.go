@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -241,7 +242,9 @@ func TestWASICommand(t *testing.T) {
 
 // TestBuildWithoutServerDependencies builds a Go example with an empty
 // module cache and no network: the SDK must need nothing beyond the
-// standard library and this repository's hl7 package.
+// standard library (HL7 is its own package sdk/hl7), and every Go example's
+// module graph is itself and the SDK, as a bot author's is (cmd/sandbot's
+// TestBotNewGo builds one outside the repository).
 func TestBuildWithoutServerDependencies(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds a wasm module")
@@ -249,6 +252,18 @@ func TestBuildWithoutServerDependencies(t *testing.T) {
 	gobin, err := exec.LookPath("go")
 	if err != nil {
 		t.Skip("no go command")
+	}
+	for _, dir := range []string{"hello", "hl7-ack", "fhir-patient", "wasi-command"} {
+		list := exec.Command(gobin, "list", "-m", "-f", "{{.Path}}", "all")
+		list.Dir = dir
+		list.Env = append(os.Environ(), "GOPROXY=off", "GOWORK=off")
+		mods, err := list.Output()
+		if err != nil {
+			t.Fatalf("%s: go list -m all: %v", dir, err)
+		}
+		if got, want := strings.Fields(string(mods)), []string{"github.com/sandbot/sandbot/examples/" + dir, "github.com/sandbot/sandbot/sdk"}; !slices.Equal(got, want) {
+			t.Errorf("%s: modules %q, want %q", dir, got, want)
+		}
 	}
 	for _, dir := range []string{"hl7-ack"} {
 		cache := t.TempDir()

@@ -8,9 +8,9 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/sandbot/sandbot/hl7"
 	"github.com/sandbot/sandbot/internal/servertest"
 	"github.com/sandbot/sandbot/internal/services/admin"
+	"github.com/sandbot/sandbot/sdk/hl7"
 	"github.com/sandbot/sandbot/store"
 )
 

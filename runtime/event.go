@@ -9,8 +9,8 @@ import (
 	"slices"
 	"unicode/utf8"
 
-	"github.com/sandbot/sandbot/hl7"
 	"github.com/sandbot/sandbot/internal/jsonx"
+	"github.com/sandbot/sandbot/sdk/hl7"
 )
 
 // The media types the ABI maps to event.input.

@@ -40,6 +40,18 @@
 // JSON, Form, Resource, HL7). [Log] and [Logf] write to the execution's log;
 // [Context.FHIR] calls the server's FHIR API as the bot.
 //
+// The SDK is a module of its own that needs nothing but the standard
+// library; HL7 v2 parsing, editing and acknowledgements are its package
+// github.com/sandbot/sandbot/sdk/hl7 ([Event.HL7] returns an *hl7.Message).
+// A bot's go.mod therefore requires only the SDK, replaced with the path of
+// the sdk folder of a sandbot checkout (the SDK is not published):
+//
+//	require github.com/sandbot/sandbot/sdk v0.0.0
+//
+//	replace github.com/sandbot/sandbot/sdk => /path/to/sandbot/sdk
+//
+// `sandbot bot new <dir>` writes such a module, with a test and a README.
+//
 // Outside wasip1 (for unit tests on the host) the package builds too:
 // [Invoke] runs the registered handler on an event, Log writes to stderr and
 // FHIR calls go to [SetFHIRTransport] (default: status 501).

@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"net/url"
 
-	"github.com/sandbot/sandbot/hl7"
+	"github.com/sandbot/sandbot/sdk/hl7"
 )
 
 // Reference is a FHIR reference as the event carries it.

@@ -57,9 +57,13 @@ flags of "sandbot serve" (--max-module-bytes, --bot-memory-bytes,
 default Bot timeout.
 `
 
-// runBotCommand implements "sandbot bot run". args are the arguments after
-// "bot" (a leading "run" is expected; it may be omitted).
+// runBotCommand implements "sandbot bot run" and dispatches "sandbot bot
+// new" (botnew.go). args are the arguments after "bot" (a leading "run" is
+// expected; it may be omitted).
 func runBotCommand(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	if len(args) > 0 && args[0] == "new" {
+		return runBotNew(args[1:], stdout, stderr)
+	}
 	if len(args) > 0 && args[0] == "run" {
 		args = args[1:]
 	}

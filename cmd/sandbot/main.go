@@ -49,6 +49,8 @@ Usage:
   sandbot version               print the version
   sandbot bot run <module.wasm|bot.js> [--content-type T] [--input FILE|-]
                                 run a bot locally, without a server
+  sandbot bot new [--lang go|js] <dir>
+                                create a bot: a module that builds, a test, a README
   sandbot healthcheck [URL]     exit 0 when the server's /readyz answers (default http://127.0.0.1:9103/readyz)
 `
 

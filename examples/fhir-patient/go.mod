@@ -2,12 +2,6 @@ module github.com/sandbot/sandbot/examples/fhir-patient
 
 go 1.26.0
 
-require (
-	github.com/sandbot/sandbot v0.0.0
-	github.com/sandbot/sandbot/sdk v0.0.0
-)
+require github.com/sandbot/sandbot/sdk v0.0.0
 
-replace (
-	github.com/sandbot/sandbot => ../..
-	github.com/sandbot/sandbot/sdk => ../../sdk
-)
+replace github.com/sandbot/sandbot/sdk => ../../sdk

@@ -6,8 +6,8 @@
 package main
 
 import (
-	"github.com/sandbot/sandbot/hl7"
 	"github.com/sandbot/sandbot/sdk"
+	"github.com/sandbot/sandbot/sdk/hl7"
 )
 
 func main() {}

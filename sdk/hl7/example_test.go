@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/sandbot/sandbot/hl7"
+	"github.com/sandbot/sandbot/sdk/hl7"
 )
 
 func Example() {
