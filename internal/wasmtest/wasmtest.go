@@ -416,3 +416,19 @@ func ManyDenseFunctions(n, size int) []byte {
 	}
 	return Module{Funcs: funcs}.Build()
 }
+
+// LargeIovecFlood writes one iovec of n bytes (its memory, from address 16)
+// to stderr with WASI's fd_write, forever.
+func LargeIovecFlood(n int) []byte {
+	pages := uint32((n + 16 + 0xffff) >> 16)
+	// The iovec at 0: {16, n}.
+	iov := Cat([]byte{16, 0, 0, 0}, []byte{byte(n), byte(n >> 8), byte(n >> 16), byte(n >> 24)})
+	return Module{
+		Types:   [][]byte{FuncType([]byte{I32, I32, I32, I32}, []byte{I32})},
+		Imports: [][]byte{TypedImport("wasi_snapshot_preview1", "fd_write", 3)},
+		Memory:  Cat([]byte{0x00}, ULEB(pages)),
+		Data:    Vec(Cat([]byte{0x00, 0x41, 0x00, 0x0b}, ULEB(uint32(len(iov))), iov)),
+		// loop: drop(fd_write(2, 0, 1, 8)); br 0
+		Handle: []byte{0x03, 0x40, 0x41, 0x02, 0x41, 0x00, 0x41, 0x01, 0x41, 0x08, 0x10, 0x00, 0x1a, 0x0c, 0x00, 0x0b, 0x42, 0x00, 0x0b},
+	}.Build()
+}
