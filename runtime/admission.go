@@ -356,19 +356,47 @@ func (t *turn) release() {
 }
 
 // yield, at a fuel yield, gives the core up once the execution has run its
-// quantum and another execution waits, and waits for its next turn. When
-// none waits, it still lets the Go scheduler run the goroutines that serve
-// requests: compiled guest code cannot be preempted, and left alone the
-// scheduler would take the thread back only every 10 ms.
+// quantum and an execution of another tenant waits, or has run
+// tenantQuantum and one of its own tenant waits, and waits for its next
+// turn; a tenant's many executions thus yield to another tenant's within a
+// quantum, but not to each other every quantum, which would hand the core
+// from goroutine to goroutine ahead of the Go scheduler's queue. Otherwise
+// it lets the Go scheduler run the goroutines that serve requests: compiled
+// guest code cannot be preempted, and left alone the scheduler would take
+// the thread back only every 10 ms.
 func (t *turn) yield(ctx context.Context) error {
-	if t == nil || !t.held || time.Since(t.since) < t.c.quantum {
+	if t == nil || !t.held {
 		return nil
 	}
-	if t.c.waiting.Load() == 0 {
-		goruntime.Gosched()
-		t.since = time.Now()
+	ran := time.Since(t.since)
+	if ran < t.c.quantum {
 		return nil
 	}
-	t.release()
-	return t.acquire(ctx)
+	if t.c.waiting.Load() > 0 {
+		if w := t.c.handOver(t.tenant, ran >= tenantQuantum); w != nil {
+			t.held = false
+			return t.acquire(ctx)
+		}
+	}
+	goruntime.Gosched()
+	t.since = time.Now()
+	return nil
+}
+
+// tenantQuantum is how long an execution runs before it yields to a waiting
+// execution of its own tenant.
+const tenantQuantum = 10 * cpuQuantum
+
+// handOver passes the core of an execution of tenant to a waiter of another
+// tenant (or of any, with anyTenant), in fair order; nil when there is none,
+// and the core stays.
+func (c *cpuTurns) handOver(tenant string, anyTenant bool) *waiter {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	w := c.queue.take(func(w *waiter) bool { return anyTenant || w.tenant != tenant })
+	if w != nil {
+		c.waiting.Store(int64(c.queue.n))
+		close(w.ready)
+	}
+	return w
 }

@@ -91,15 +91,12 @@ type Runtime struct {
 }
 
 // guestCores is how many executions run guest code at once: n, or the
-// cores but one (at least one). Guest code cannot be preempted by the Go
-// scheduler between its yields, so a core left to the goroutines that serve
-// requests is what keeps their latency in milliseconds while bots spin
-// (runtime/RATIONALE.md, "Sharing the CPU").
+// cores (runtime/RATIONALE.md, "Sharing the CPU").
 func guestCores(n int64) int {
 	if n > 0 {
 		return int(n)
 	}
-	return max(goruntime.GOMAXPROCS(0)-1, 1)
+	return goruntime.GOMAXPROCS(0)
 }
 
 // wasm32MaxPages is the largest memory a 32-bit module can address (4 GiB).
