@@ -8,7 +8,7 @@ import (
 
 type metrics struct {
 	executions      *prometheus.CounterVec
-	duration        prometheus.Histogram
+	duration        *prometheus.HistogramVec
 	inFlight        prometheus.Gauge
 	compileDuration prometheus.Histogram
 	cacheHits       prometheus.Counter
@@ -26,13 +26,13 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	m := &metrics{
 		executions: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "sandbot_bot_executions_total",
-			Help: "Bot executions by outcome: success, or the failure kind (timeout, memory, output, trap, exit, envelope, canceled).",
-		}, []string{"outcome"}),
-		duration: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Help: "Bot executions by bot runtime (wasm, js) and outcome: success, or the failure kind (timeout, memory, output, trap, exit, envelope, stack, canceled).",
+		}, []string{"runtime", "outcome"}),
+		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "sandbot_bot_execution_duration_seconds",
-			Help:    "Wall time of bot executions, instantiation included.",
+			Help:    "Wall time of bot executions, instantiation included, by bot runtime (wasm, js).",
 			Buckets: []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 300, 900},
-		}),
+		}, []string{"runtime"}),
 		inFlight: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "sandbot_bot_executions_in_flight",
 			Help: "Bot executions currently running.",
@@ -73,8 +73,8 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		}),
 		admission: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "sandbot_bot_executions_refused_total",
-			Help: "Executions refused at admission, by the budget that was full: node or project.",
-		}, []string{"budget"}),
+			Help: "Executions refused at admission, by bot runtime (wasm, js) and the budget that was full: node or project.",
+		}, []string{"runtime", "budget"}),
 		reservedBytes: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "sandbot_bot_execution_reserved_bytes",
 			Help: "Memory held by running executions against the execution memory budget.",
@@ -96,6 +96,15 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		m.reservedBytes = register(reg, m.reservedBytes)
 	}
 	return m
+}
+
+// runtimeLabel is the runtime label of m's executions: "js" for a
+// JavaScript bot (run by the embedded engine), "wasm" for a module.
+func runtimeLabel(m *Module) string {
+	if m.js != nil {
+		return "js"
+	}
+	return "wasm"
 }
 
 // register registers c, or returns the collector already registered under

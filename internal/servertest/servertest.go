@@ -75,7 +75,9 @@ func Start(t testing.TB, b storetest.Backend, opts ...Option) *Server {
 func StartURL(t testing.TB, backend, databaseURL string, opts ...Option) *Server {
 	t.Helper()
 	ctx := context.Background()
-	st, err := sqlstore.Open(ctx, databaseURL, sqlstore.Options{Migrate: true})
+	// The store's metrics go to the server's registry, as in cmd/sandbot.
+	reg := prometheus.NewRegistry()
+	st, err := sqlstore.Open(ctx, databaseURL, sqlstore.Options{Migrate: true, Registerer: reg})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -89,7 +91,6 @@ func StartURL(t testing.TB, backend, databaseURL string, opts ...Option) *Server
 	for _, o := range opts {
 		o(&cfg)
 	}
-	reg := prometheus.NewRegistry()
 	srv, err := server.New(ctx, cfg, st, reg, slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)

@@ -67,6 +67,8 @@ type Store struct {
 	url string
 	// river is the River driver over the pool (river.go).
 	river *riverState
+	// metrics time operations and count the database's errors (nil: none).
+	metrics *storeMetrics
 }
 
 // optimizeInterval is how often SQLite refreshes its planner statistics.
@@ -111,7 +113,8 @@ type Options struct {
 	// counters). It bounds how late a change whose notification was lost
 	// is seen.
 	ChangePollInterval time.Duration
-	// Registerer receives the change feed's metrics; nil registers none.
+	// Registerer receives the store's metrics (metrics.go) and the change
+	// feed's; nil registers none.
 	Registerer prometheus.Registerer
 	// SQLiteSynchronous overrides SQLite's synchronous setting ("NORMAL" or
 	// "FULL"; empty: DefaultSQLiteSynchronous). Only the benchmark that
@@ -193,7 +196,7 @@ func Open(ctx context.Context, databaseURL string, opts Options) (*Store, error)
 		db.SetMaxIdleConns(16)
 	}
 	s := &Store{db: db, dialect: dialect, q: db, log: log, now: time.Now, prepared: &preparedStmts{}, rateSwept: new(atomic.Int64),
-		url: databaseURL, river: &riverState{}}
+		url: databaseURL, river: &riverState{}, metrics: newStoreMetrics(opts.Registerer, dialect)}
 	s.feed = &changeFeed{store: s, url: databaseURL, poll: opts.ChangePollInterval, log: log, metrics: newFeedMetrics(opts.Registerer)}
 	pingCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
@@ -300,6 +303,13 @@ func (s *Store) InTx(ctx context.Context, fn func(tx store.Store) error) error {
 	if s.tx != nil {
 		return fn(s)
 	}
+	start := time.Now()
+	err := s.runTx(ctx, fn)
+	s.observe(opTransaction, start, err)
+	return err
+}
+
+func (s *Store) runTx(ctx context.Context, fn func(tx store.Store) error) error {
 	opts := &sql.TxOptions{}
 	tx, err := s.db.BeginTxx(ctx, opts)
 	if err != nil {
