@@ -25,9 +25,9 @@ import (
 	"github.com/google/uuid"
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/sandbot/sandbot/internal/services/admin"
 	"github.com/sandbot/sandbot/fhir"
 	"github.com/sandbot/sandbot/internal/server"
+	"github.com/sandbot/sandbot/internal/services/admin"
 	"github.com/sandbot/sandbot/limits"
 	"github.com/sandbot/sandbot/runtime"
 	"github.com/sandbot/sandbot/store"
