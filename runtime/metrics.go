@@ -20,6 +20,7 @@ type metrics struct {
 	compileRefused  prometheus.Counter
 	admission       *prometheus.CounterVec
 	reservedBytes   prometheus.Gauge
+	budgetBytes     prometheus.Gauge
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -79,6 +80,10 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "sandbot_bot_execution_reserved_bytes",
 			Help: "Memory held by running executions against the execution memory budget.",
 		}),
+		budgetBytes: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "sandbot_bot_execution_budget_bytes",
+			Help: "The execution memory budget (SANDBOT_EXECUTION_MEMORY_BYTES): an execution that would take the reserved bytes past it is refused.",
+		}),
 	}
 	if reg != nil {
 		m.executions = register(reg, m.executions)
@@ -94,6 +99,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		m.compileRefused = register(reg, m.compileRefused)
 		m.admission = register(reg, m.admission)
 		m.reservedBytes = register(reg, m.reservedBytes)
+		m.budgetBytes = register(reg, m.budgetBytes)
 	}
 	return m
 }

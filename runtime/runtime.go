@@ -153,6 +153,7 @@ func New(ctx context.Context, cfg Config) (*Runtime, error) {
 		compileSlots: make(chan struct{}, max(l.CompileConcurrency, 1)),
 		admission:    newAdmission(l.ExecutionMemoryBytes, l.ProjectExecutionPercent),
 	}
+	r.metrics.budgetBytes.Set(float64(r.admission.budget))
 	if _, err := wasi_snapshot_preview1.Instantiate(ctx, wz); err != nil {
 		_ = r.Close(ctx)
 		return nil, fmt.Errorf("runtime: WASI: %w", err)

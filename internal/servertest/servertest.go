@@ -355,6 +355,9 @@ type Process struct {
 	Cmd *exec.Cmd
 	// Base is its API's base URL (with a trailing slash).
 	Base string
+	// Ops is its ops listener's base URL (/metrics, /readyz), with a
+	// trailing slash.
+	Ops string
 	// Output is what it logged.
 	Output *SyncBuffer
 }
@@ -387,7 +390,7 @@ func StartProcess(t testing.TB, bin, dataDir, databaseURL string, env ...string)
 			io.Copy(io.Discard, resp.Body)
 			resp.Body.Close()
 			if resp.StatusCode == 200 {
-				return &Process{Cmd: cmd, Base: base, Output: out}
+				return &Process{Cmd: cmd, Base: base, Ops: "http://" + ops + "/", Output: out}
 			}
 		}
 		if time.Now().After(deadline) {
