@@ -396,6 +396,7 @@ func (s *Store) KeyValue(ctx context.Context, name string, create func() (string
 // where NORMAL syncs it only at checkpoints (the last commits before a power
 // loss could then be lost, though never corrupted). It costs one fsync per
 // transaction: BenchmarkCreateDurability measured 0.80 ms per Patient
-// created with NORMAL and 1.01 ms with FULL from one writer, 0.96-1.09 and
-// 1.06-1.16 ms from eight (store/RATIONALE.md).
+// created with NORMAL and 1.01 ms with FULL from one writer on a quiet
+// machine, up to 1.14 and 2.48 ms while other work used the disk
+// (store/RATIONALE.md).
 const DefaultSQLiteSynchronous = "FULL"
