@@ -2,8 +2,10 @@
 # Checks that the deployment files are well-formed with whatever tools the
 # machine has: the Kubernetes manifests render with kustomize (kubectl
 # kustomize, or kustomize), the balancer configurations parse with haproxy,
-# the compose file is YAML with the expected services. A missing tool is a
-# note, not a failure (make test-replicas runs this).
+# the compose file is YAML with the expected services, the alerting rules
+# pass promtool's check and unit tests, the dashboard is JSON. A missing tool
+# is a note, not a failure (make test-replicas runs this; go test ./deploy
+# checks the rules and the dashboard further, against a running server).
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 tmp="$(mktemp -d)"
@@ -48,4 +50,16 @@ print("deploy/check: compose.yaml has postgres, migrate, 3 replicas and haproxy"
 PY
 else
   echo "deploy/check: no python3 yaml: compose.yaml not checked" >&2
+fi
+
+if command -v promtool >/dev/null; then
+  (cd "$here/prometheus" && promtool check rules alerts.yml && promtool test rules alerts_test.yml)
+  echo "deploy/check: prometheus/alerts.yml passes promtool check rules and test rules"
+else
+  echo "deploy/check: no promtool: prometheus/alerts.yml not checked" >&2
+fi
+
+if command -v python3 >/dev/null; then
+  python3 -c 'import json, sys; d = json.load(open(sys.argv[1])); assert d["panels"], "no panels"' "$here/grafana/sandbot.json"
+  echo "deploy/check: grafana/sandbot.json is a dashboard"
 fi

@@ -86,7 +86,7 @@ type Envelope struct {
 type FailureKind string
 
 // The failure kinds. They are also the outcome label of
-// sandbot_bot_executions_total.
+// sandbot_bot_executions_total (with "success" and "canceled").
 const (
 	FailTimeout  FailureKind = "timeout"
 	FailMemory   FailureKind = "memory"
@@ -130,7 +130,7 @@ func (r *Runtime) Execute(ctx context.Context, m *Module, ex Execution) (*Result
 	lim := r.limits(ex.Limits)
 	release, refused := r.admission.acquire(ctx, ex.Tenant, r.reservation(m, lim))
 	if refused != "" {
-		r.metrics.admission.WithLabelValues(refused).Inc()
+		r.metrics.admission.WithLabelValues(runtimeLabel(m), refused).Inc()
 		if refused == "project" {
 			return nil, &BusyError{Reason: "This project's bots are using their share of the server's execution memory; try again shortly", RetryAfter: retryAfter}
 		}
@@ -183,8 +183,8 @@ func (r *Runtime) Execute(ctx context.Context, m *Module, ex Execution) (*Result
 	case err != nil:
 		outcome = "canceled"
 	}
-	r.metrics.executions.WithLabelValues(outcome).Inc()
-	r.metrics.duration.Observe(res.Duration.Seconds())
+	r.metrics.executions.WithLabelValues(runtimeLabel(m), outcome).Inc()
+	r.metrics.duration.WithLabelValues(runtimeLabel(m)).Observe(res.Duration.Seconds())
 	r.metrics.guestMemory.Observe(float64(used))
 	return res, err
 }

@@ -8,7 +8,7 @@ import (
 
 type metrics struct {
 	executions      *prometheus.CounterVec
-	duration        prometheus.Histogram
+	duration        *prometheus.HistogramVec
 	inFlight        prometheus.Gauge
 	compileDuration prometheus.Histogram
 	cacheHits       prometheus.Counter
@@ -21,19 +21,20 @@ type metrics struct {
 	admission       *prometheus.CounterVec
 	reservedBytes   prometheus.Gauge
 	cpuWait         prometheus.Histogram
+	budgetBytes     prometheus.Gauge
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
 	m := &metrics{
 		executions: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "sandbot_bot_executions_total",
-			Help: "Bot executions by outcome: success, or the failure kind (timeout, memory, output, trap, exit, envelope, canceled).",
-		}, []string{"outcome"}),
-		duration: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Help: "Bot executions by bot runtime (wasm, js) and outcome: success, or the failure kind (timeout, memory, output, trap, exit, envelope, stack, canceled).",
+		}, []string{"runtime", "outcome"}),
+		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "sandbot_bot_execution_duration_seconds",
-			Help:    "Wall time of bot executions, instantiation included.",
+			Help:    "Wall time of bot executions, instantiation included, by bot runtime (wasm, js).",
 			Buckets: []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 300, 900},
-		}),
+		}, []string{"runtime"}),
 		inFlight: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "sandbot_bot_executions_in_flight",
 			Help: "Bot executions currently running.",
@@ -79,11 +80,15 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		}),
 		admission: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "sandbot_bot_executions_refused_total",
-			Help: "Executions refused at admission, by the budget that was full: node or project.",
-		}, []string{"budget"}),
+			Help: "Executions refused at admission, by bot runtime (wasm, js) and the budget that was full: node or project.",
+		}, []string{"runtime", "budget"}),
 		reservedBytes: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "sandbot_bot_execution_reserved_bytes",
 			Help: "Memory held by running executions against the execution memory budget.",
+		}),
+		budgetBytes: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "sandbot_bot_execution_budget_bytes",
+			Help: "The execution memory budget (SANDBOT_EXECUTION_MEMORY_BYTES): an execution that would take the reserved bytes past it is refused.",
 		}),
 	}
 	if reg != nil {
@@ -101,8 +106,18 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		m.admission = register(reg, m.admission)
 		m.reservedBytes = register(reg, m.reservedBytes)
 		m.cpuWait = register(reg, m.cpuWait)
+		m.budgetBytes = register(reg, m.budgetBytes)
 	}
 	return m
+}
+
+// runtimeLabel is the runtime label of m's executions: "js" for a
+// JavaScript bot (run by the embedded engine), "wasm" for a module.
+func runtimeLabel(m *Module) string {
+	if m.js != nil {
+		return "js"
+	}
+	return "wasm"
 }
 
 // register registers c, or returns the collector already registered under

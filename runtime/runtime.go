@@ -167,6 +167,7 @@ func New(ctx context.Context, cfg Config) (*Runtime, error) {
 			time.Duration(max(l.ExecutionWaitMillis, 0))*time.Millisecond),
 		cpu: newCPUTurns(guestCores(l.GuestCores)),
 	}
+	r.metrics.budgetBytes.Set(float64(r.admission.budget))
 	if err := instantiateWASI(ctx, wz); err != nil {
 		_ = r.Close(ctx)
 		return nil, fmt.Errorf("runtime: WASI: %w", err)

@@ -592,11 +592,11 @@ func countFiles(t *testing.T, dir string) int {
 func TestMetrics(t *testing.T) {
 	r := testRuntime(t)
 	m := compileFixture(t, r, "echo.wasm")
-	before := testutil.ToFloat64(r.metrics.executions.WithLabelValues("success"))
+	before := testutil.ToFloat64(r.metrics.executions.WithLabelValues("wasm", "success"))
 	if _, err := r.Execute(context.Background(), m, Execution{Event: []byte(`{}`)}); err != nil {
 		t.Fatal(err)
 	}
-	if got := testutil.ToFloat64(r.metrics.executions.WithLabelValues("success")); got != before+1 {
+	if got := testutil.ToFloat64(r.metrics.executions.WithLabelValues("wasm", "success")); got != before+1 {
 		t.Fatalf("success count %v", got)
 	}
 	names := map[string]bool{}

@@ -46,6 +46,7 @@ const usage = `sandbot: a FHIR server that runs WebAssembly bots.
 Usage:
   sandbot serve [flags]         run the server (flags: sandbot serve -h)
   sandbot migrate [flags]       apply database migrations and exit
+  sandbot backup [flags] FILE   copy the embedded store (SQLite) to FILE while the server runs
   sandbot version               print the version
   sandbot bot run <module.wasm|bot.js> [--content-type T] [--input FILE|-]
                                 run a bot locally, without a server
@@ -71,6 +72,8 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		return serve(ctx, args[1:], stdout, stderr)
 	case "migrate":
 		return migrate(ctx, args[1:], stderr)
+	case "backup":
+		return backup(ctx, args[1:], stdout, stderr)
 	case "version":
 		fmt.Fprintln(stdout, "sandbot", buildVersion())
 		return 0

@@ -141,8 +141,8 @@ func New(ctx context.Context, cfg Config, st store.Store, reg *prometheus.Regist
 	metrics := httpx.NewMetrics(reg)
 	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name:        "sandbot_build_info",
-		Help:        "Build information; always 1.",
-		ConstLabels: prometheus.Labels{"version": cfg.Version},
+		Help:        "Build information and the store (sqlite, postgres); always 1.",
+		ConstLabels: prometheus.Labels{"version": cfg.Version, "store": cfg.Dialect},
 	}, func() float64 { return 1 }))
 
 	mailer, err := mail.New(cfg.SMTPURL, log)

@@ -49,7 +49,7 @@ func TestOpsEndpoints(t *testing.T) {
 			`(?m)^sandbot_http_request_duration_seconds_bucket\{code="200",method="GET",route="/fhir/R4/\{type\}/\{id\}",le="\+Inf"\} 3$`,
 			`(?m)^sandbot_http_request_duration_seconds_count\{code="200",method="POST",route="/oauth2/token"\} \d+$`,
 			`(?m)^sandbot_http_requests_in_flight 0$`,
-			`(?m)^sandbot_build_info\{version="test"\} 1$`,
+			`(?m)^sandbot_build_info\{store="` + s.Backend + `",version="test"\} 1$`,
 		} {
 			if !regexp.MustCompile(re).MatchString(body) {
 				t.Errorf("/metrics lacks %s", re)

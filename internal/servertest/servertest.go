@@ -75,7 +75,9 @@ func Start(t testing.TB, b storetest.Backend, opts ...Option) *Server {
 func StartURL(t testing.TB, backend, databaseURL string, opts ...Option) *Server {
 	t.Helper()
 	ctx := context.Background()
-	st, err := sqlstore.Open(ctx, databaseURL, sqlstore.Options{Migrate: true})
+	// The store's metrics go to the server's registry, as in cmd/sandbot.
+	reg := prometheus.NewRegistry()
+	st, err := sqlstore.Open(ctx, databaseURL, sqlstore.Options{Migrate: true, Registerer: reg})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -89,7 +91,6 @@ func StartURL(t testing.TB, backend, databaseURL string, opts ...Option) *Server
 	for _, o := range opts {
 		o(&cfg)
 	}
-	reg := prometheus.NewRegistry()
 	srv, err := server.New(ctx, cfg, st, reg, slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)
@@ -354,6 +355,9 @@ type Process struct {
 	Cmd *exec.Cmd
 	// Base is its API's base URL (with a trailing slash).
 	Base string
+	// Ops is its ops listener's base URL (/metrics, /readyz), with a
+	// trailing slash.
+	Ops string
 	// Output is what it logged.
 	Output *SyncBuffer
 }
@@ -386,7 +390,7 @@ func StartProcess(t testing.TB, bin, dataDir, databaseURL string, env ...string)
 			io.Copy(io.Discard, resp.Body)
 			resp.Body.Close()
 			if resp.StatusCode == 200 {
-				return &Process{Cmd: cmd, Base: base, Output: out}
+				return &Process{Cmd: cmd, Base: base, Ops: "http://" + ops + "/", Output: out}
 			}
 		}
 		if time.Now().After(deadline) {

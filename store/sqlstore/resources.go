@@ -368,6 +368,13 @@ func (s *Store) getRow(ctx context.Context, scope store.Scope, resourceType, id 
 
 // Read implements store.Store.
 func (s *Store) Read(ctx context.Context, scope store.Scope, resourceType, id string) (*store.Record, error) {
+	start := time.Now()
+	rec, err := s.readResource(ctx, scope, resourceType, id)
+	s.observe(opRead, start, err)
+	return rec, err
+}
+
+func (s *Store) readResource(ctx context.Context, scope store.Scope, resourceType, id string) (*store.Record, error) {
 	r, err := s.getRow(ctx, scope, resourceType, id, false)
 	if err != nil {
 		return nil, err
@@ -381,6 +388,13 @@ func (s *Store) Read(ctx context.Context, scope store.Scope, resourceType, id st
 
 // ReadVersion implements store.Store.
 func (s *Store) ReadVersion(ctx context.Context, scope store.Scope, resourceType, id, versionID string) (*store.Record, error) {
+	start := time.Now()
+	rec, err := s.readVersion(ctx, scope, resourceType, id, versionID)
+	s.observe(opRead, start, err)
+	return rec, err
+}
+
+func (s *Store) readVersion(ctx context.Context, scope store.Scope, resourceType, id, versionID string) (*store.Record, error) {
 	if !fhir.ValidID(id) || !fhir.ValidID(versionID) {
 		return nil, fhir.ErrNotFound
 	}
@@ -472,6 +486,13 @@ func (s *Store) Delete(ctx context.Context, scope store.Scope, resourceType, id 
 
 // History implements store.Store.
 func (s *Store) History(ctx context.Context, scope store.Scope, resourceType, id string, count, offset int) ([]store.Record, error) {
+	start := time.Now()
+	recs, err := s.history(ctx, scope, resourceType, id, count, offset)
+	s.observe(opHistory, start, err)
+	return recs, err
+}
+
+func (s *Store) history(ctx context.Context, scope store.Scope, resourceType, id string, count, offset int) ([]store.Record, error) {
 	if _, err := s.getRow(ctx, scope, resourceType, id, false); err != nil {
 		return nil, err
 	}

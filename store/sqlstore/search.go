@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/jmoiron/sqlx"
 
@@ -56,6 +57,13 @@ func and(cs []cond) cond {
 //     tested by the conditions (profile-type:not=ClientApplication,Bot
 //     tests about two rows per result).
 func (s *Store) Search(ctx context.Context, scope store.Scope, req *fhir.SearchRequest) (*store.SearchResult, error) {
+	start := time.Now()
+	res, err := s.search(ctx, scope, req)
+	s.observe(opSearch, start, err)
+	return res, err
+}
+
+func (s *Store) search(ctx context.Context, scope store.Scope, req *fhir.SearchRequest) (*store.SearchResult, error) {
 	projects := scopeClause(scope)
 	if projects != nil && len(projects) == 0 {
 		return &store.SearchResult{}, nil

@@ -89,10 +89,16 @@ func (e *auditEntry) event() fhir.Resource {
 }
 
 func newAuditWriter(s store.Store, to func(fhir.Resource), log *slog.Logger, m *metrics) *auditWriter {
-	a := &auditWriter{store: s, to: to, log: log, metrics: m, ch: make(chan auditEntry, 4096), done: make(chan struct{})}
+	a := &auditWriter{store: s, to: to, log: log, metrics: m, ch: make(chan auditEntry, auditQueue), done: make(chan struct{})}
+	m.watchAuditQueue(func() int { return len(a.ch) }, cap(a.ch))
 	go a.run()
 	return a
 }
+
+// auditQueue is how many events may wait for the writer: a second or more of
+// executions at full speed, so that only a database too slow for the load
+// for that long drops any.
+const auditQueue = 4096
 
 // auditBatch bounds how many events one transaction writes: batching keeps
 // the writer from competing with executions for the database under load.
@@ -152,6 +158,11 @@ func (a *auditWriter) write(batch []auditEntry) {
 	if err != nil {
 		a.metrics.auditDropped.Add(float64(len(batch)))
 		a.log.Warn("bot audit events not written", "count", len(batch), "err", err)
+		return
+	}
+	now := time.Now()
+	for i := range batch {
+		a.metrics.auditLag.Observe(now.Sub(batch[i].end).Seconds())
 	}
 }
 

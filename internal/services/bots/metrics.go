@@ -8,6 +8,8 @@ type metrics struct {
 	inputBytes   *prometheus.HistogramVec
 	executions   *prometheus.CounterVec
 	auditDropped prometheus.Counter
+	auditLag     prometheus.Histogram
+	reg          prometheus.Registerer
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -25,11 +27,34 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "sandbot_bot_audit_events_dropped_total",
 			Help: "Execution AuditEvents not written because the writer was saturated or failed.",
 		}),
+		auditLag: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "sandbot_bot_audit_write_lag_seconds",
+			Help:    "Time from an execution's end to the commit of its AuditEvent (its count is the events written).",
+			Buckets: []float64{.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30},
+		}),
+		reg: reg,
 	}
 	if reg != nil {
-		reg.MustRegister(m.inputBytes, m.executions, m.auditDropped)
+		reg.MustRegister(m.inputBytes, m.executions, m.auditDropped, m.auditLag)
 	}
 	return m
+}
+
+// watchAuditQueue exports the audit writer's queue: how many events wait
+// and how many it holds before it drops them.
+func (m *metrics) watchAuditQueue(queued func() int, capacity int) {
+	if m.reg == nil {
+		return
+	}
+	m.reg.MustRegister(
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "sandbot_bot_audit_queue_depth",
+			Help: "Execution AuditEvents waiting for the audit writer.",
+		}, func() float64 { return float64(queued()) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "sandbot_bot_audit_queue_capacity",
+			Help: "AuditEvents the audit writer's queue holds; an event that finds it full is dropped.",
+		}, func() float64 { return float64(capacity) }))
 }
 
 func (m *metrics) observeInput(contentType string, n int) {
