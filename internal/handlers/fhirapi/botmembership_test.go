@@ -171,6 +171,7 @@ func TestBotMembershipOnEveryPath(t *testing.T) {
 // deploying code to a Bot of one's own never gives more rights than one has;
 // a caller without one (an admin here) gives the project's default rights.
 func TestBotMembershipKeepsCreatorsPolicy(t *testing.T) {
+	wasm := readWasm(t, "../../../examples/fhir-patient/fhir-patient.wasm")
 	servertest.ForEachBackend(t, func(t *testing.T, s *servertest.Server) {
 		c := s.NewProject(t, "bot-policy-inherit")
 		pol := c.Create(map[string]any{"resourceType": "AccessPolicy", "name": "Bots and Observations",
@@ -189,9 +190,42 @@ func TestBotMembershipKeepsCreatorsPolicy(t *testing.T) {
 		if str(got, "accessPolicy", "reference") != pref {
 			t.Errorf("the member's Bot's membership has policy %v, want %s", got["accessPolicy"], pref)
 		}
+		// The member deploys a bot that creates Patients, which its policy
+		// does not let it: neither does the bot's.
+		if r := m.Do("POST", "fhir/R4/Bot/"+id+"/$deploy", wasm, "application/wasm"); r.Status != 200 {
+			t.Fatalf("member's deploy: %d %s", r.Status, r.Body)
+		}
+		patient := `{"resourceType":"Patient","name":[{"family":"Escalated"}]}`
+		if r := m.Do("POST", "fhir/R4/Bot/"+id+"/$execute", patient, "application/fhir+json"); r.Status == 201 || !strings.Contains(string(r.Body), "403") {
+			t.Errorf("the member's bot created a Patient its creator may not: %d %s", r.Status, r.Body)
+		}
 		id = c.Create(map[string]any{"resourceType": "Bot", "name": "admin's"})["id"].(string)
 		if got := wantBotMembership(t, "admin", c, id, c.ProjectID, c.Profile); got["accessPolicy"] != nil || got["access"] != nil {
 			t.Errorf("the admin's Bot's membership has a policy: %v", got)
+		}
+		if r := c.Do("POST", "fhir/R4/Bot/"+id+"/$deploy", wasm, "application/wasm"); r.Status != 200 {
+			t.Fatalf("admin's deploy: %d %s", r.Status, r.Body)
+		}
+		if r := c.Do("POST", "fhir/R4/Bot/"+id+"/$execute", patient, "application/fhir+json"); r.Status != 201 {
+			t.Errorf("the admin's bot, with the project's default rights: %d %s", r.Status, r.Body)
+		}
+		// The admin API's bot route names the policy; the Bot still has one
+		// membership, the FHIR service's.
+		r := c.Do("POST", "admin/projects/"+c.ProjectID+"/bot", map[string]any{"name": "routed",
+			"accessPolicy": map[string]any{"reference": pref}}, "application/json")
+		if r.Status != 201 {
+			t.Fatalf("admin bot route: %d %s", r.Status, r.Body)
+		}
+		got = wantBotMembership(t, "admin bot route", c, r.JSON()["id"].(string), c.ProjectID, c.Profile)
+		if str(got, "accessPolicy", "reference") != pref {
+			t.Errorf("the admin route's policy: %v", got)
+		}
+		if r := c.Do("POST", "admin/projects/"+c.ProjectID+"/bot", map[string]any{"name": "bad policy",
+			"accessPolicy": map[string]any{"reference": "AccessPolicy/nope"}}, "application/json"); r.Status != 400 {
+			t.Errorf("an unknown policy: %d %s", r.Status, r.Body)
+		}
+		if bots := entries(t, c.Do("GET", "fhir/R4/Bot?name:exact=bad%20policy", nil, "")); len(bots) != 0 {
+			t.Errorf("a refused bot route kept its Bot: %v", bots)
 		}
 	})
 }
