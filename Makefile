@@ -12,8 +12,9 @@ test: js vet test-go test-sdk test-node test-replicas fuzz
 # The JavaScript bot engine's third-party parts (QuickJS-NG compiled to WASI,
 # @medplum/core), pinned with their checksums in runtime/jsengine's lockfile,
 # fetched by npm ci and embedded by the Go build; never committed. A binary
-# built without them runs WebAssembly bots and answers a JavaScript bot with
-# a 400 naming this target.
+# built without them (go build, go install, go run) runs WebAssembly bots,
+# says at start in its log that JavaScript bots are off, and answers a
+# JavaScript bot with a 400 naming this target.
 JS_DIST = runtime/jsengine/dist
 js: $(JS_DIST)/quickjs.wasm
 
@@ -80,6 +81,10 @@ fuzz:
 build: js
 	CGO_ENABLED=0 $(GO) build -trimpath -o bin/sandbot ./cmd/sandbot
 
+# The README's first command: the server with every kind of bot (the
+# JavaScript engine fetched first), on the embedded store unless
+# SANDBOT_DATABASE_URL says otherwise. cmd/sandbot's TestReadmeQuickstart runs
+# it, and the README's quickstarts against it, in a fresh clone.
 run: js
 	$(GO) run ./cmd/sandbot serve
 

@@ -1,7 +1,6 @@
 package examples
 
 import (
-	"context"
 	"encoding/json"
 	"os"
 	"path/filepath"
@@ -9,9 +8,7 @@ import (
 	"testing"
 
 	"github.com/sandbot/sandbot/internal/servertest"
-	"github.com/sandbot/sandbot/internal/services/admin"
 	"github.com/sandbot/sandbot/sdk/hl7"
-	"github.com/sandbot/sandbot/store"
 )
 
 // TestJSExamplesThroughTheServer deploys every JavaScript example to a real
@@ -62,9 +59,6 @@ func TestJSExamplesThroughTheServer(t *testing.T) {
 		})
 		t.Run("patients", func(t *testing.T) {
 			id := deploy("patients.js")
-			if _, err := s.Store.Create(context.Background(), admin.NewMembership(c.ProjectID, "js-examples", "Bot/"+id, "Bot/"+id, "patients", false), store.Write{Project: c.ProjectID}); err != nil {
-				t.Fatal(err)
-			}
 			r := exec(id, `{"given":"Ada","family":"Lovelace"}`, "application/json")
 			var out struct {
 				Created struct{ Reference string }

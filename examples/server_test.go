@@ -1,16 +1,13 @@
 package examples
 
 import (
-	"context"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/sandbot/sandbot/internal/servertest"
-	"github.com/sandbot/sandbot/internal/services/admin"
 	"github.com/sandbot/sandbot/sdk/hl7"
-	"github.com/sandbot/sandbot/store"
 )
 
 // TestExamplesThroughTheServer deploys every example to a real server, on
@@ -56,9 +53,6 @@ func TestExamplesThroughTheServer(t *testing.T) {
 		})
 		t.Run("fhir-patient", func(t *testing.T) {
 			id := deploy("fhir-patient", "fhir-patient.wasm")
-			if _, err := s.Store.Create(context.Background(), admin.NewMembership(c.ProjectID, "examples", "Bot/"+id, "Bot/"+id, "fhir-patient", false), store.Write{Project: c.ProjectID}); err != nil {
-				t.Fatal(err)
-			}
 			r := exec(id, `{"resourceType":"Patient","name":[{"family":"Example"}]}`, "application/fhir+json")
 			if r.Status != 201 || r.JSON()["resourceType"] != "Patient" {
 				t.Fatalf("create: %d %s", r.Status, r.Body)

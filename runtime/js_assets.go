@@ -24,7 +24,15 @@ var (
 
 // ErrJSUnavailable is returned for a JavaScript bot by a binary built
 // without the engine.
-var ErrJSUnavailable = errors.New("JavaScript bots are not available in this build of sandbot: its JavaScript engine was not fetched; run `make js` (npm ci in runtime/jsengine) and build again")
+var ErrJSUnavailable = errors.New("JavaScript bots are not available in this build of sandbot: its JavaScript engine was not fetched; run `make js` (npm ci in runtime/jsengine) and build again, or `make run` or `make build`, which do both")
+
+// JSAvailable reports whether this binary embeds the JavaScript engine: a
+// binary built by `go build`, `go install` or `go run` without `make js`
+// first does not (it serves WebAssembly bots only).
+func JSAvailable() bool {
+	_, _, err := jsAssets()
+	return err == nil
+}
 
 // jsAssets returns the engine (QuickJS-NG compiled to WASI) and the
 // @medplum/core CommonJS bundle, or ErrJSUnavailable.

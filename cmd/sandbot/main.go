@@ -124,6 +124,10 @@ func migrate(ctx context.Context, args []string, stderr io.Writer) int {
 	return 0
 }
 
+// jsOffMessage is logged at start by a binary without the JavaScript engine.
+const jsOffMessage = "JavaScript bots are off in this build (WebAssembly bots run): its JavaScript engine was not embedded. " +
+	"Run `make run` (or `make js`, then build again; `make build` builds bin/sandbot with it) to serve JavaScript bots"
+
 // gcBallastBytes is the size of the heap ballast serve keeps (see there).
 const gcBallastBytes = 64 << 20
 
@@ -190,6 +194,11 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	defer rt.Close(context.WithoutCancel(ctx))
+	if !runtime.JSAvailable() {
+		// Said once at start, so that whoever built the binary the plain Go
+		// way learns before a JavaScript bot's deploy answers 400.
+		log.Warn(jsOffMessage)
+	}
 
 	srv, err := server.New(startCtx, server.Config{
 		BaseURL:           cfg.BaseURL,

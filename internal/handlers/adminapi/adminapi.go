@@ -6,7 +6,8 @@
 // this layer asks admin's own rules (admin.Caller's May* methods) before it
 // reads a body, so that a caller who may not act never has it read. Answers
 // show what the FHIR service's table lets the caller see (never a User's
-// password hash or MFA secret).
+// password hash or MFA secret), but for Project/$init's: the Project as the
+// server created it for its caller.
 package adminapi
 
 import (
@@ -108,6 +109,10 @@ func (h *Handler) writeRecord(w http.ResponseWriter, r *http.Request, status int
 		h.fail(w, r, err)
 		return
 	}
+	h.writeBody(w, status, rec, body)
+}
+
+func (h *Handler) writeBody(w http.ResponseWriter, status int, rec *fhir.Record, body []byte) {
 	w.Header().Set("ETag", `W/"`+rec.VersionID+`"`)
 	w.Header().Set("Last-Modified", rec.LastUpdated.UTC().Format(http.TimeFormat))
 	if status == http.StatusCreated {
@@ -172,7 +177,17 @@ func (h *Handler) initProject(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	rec, err := h.svc.InitProject(r.Context(), c, name, owner)
-	h.answer(w, r, http.StatusCreated, rec, err)
+	if err != nil {
+		h.fail(w, r, err)
+		return
+	}
+	// The answer is the Project as the server created it for the caller,
+	// strictMode included, as the reference answers it (its createProject
+	// returns what its system repository wrote): the caller chose nothing of
+	// it but the name, and learns what it now administers. The fields
+	// hidden from project admins are hidden in what they read back later
+	// (docs/decisions.md 22).
+	h.writeBody(w, http.StatusCreated, rec, rec.JSON)
 }
 
 func (h *Handler) project(w http.ResponseWriter, r *http.Request) {

@@ -140,3 +140,40 @@ func TestProjectInit(t *testing.T) {
 		expect(t, pc.Do("POST", "fhir/R4/Project/$init", params("Nope"), ""), 400, "project-scoped owner")
 	})
 }
+
+// Project/$init answers the Project it created as it was created, strictMode
+// included, to a caller who is not a super admin (a project admin here), as
+// the reference does; what the caller reads back later follows the field
+// rules (strictMode is hidden from all but super admins).
+func TestProjectInitAnswersCreatedProject(t *testing.T) {
+	servertest.ForEachBackend(t, func(t *testing.T, s *servertest.Server) {
+		a := s.NewProject(t, "Home")
+		inv := inviteBody("Practitioner", "Ada", "Admin", "init-admin@example.com")
+		inv["password"] = "init-admin-pw"
+		inv["admin"] = true
+		expect(t, as(t, s, a.Token).Do("POST", "admin/projects/"+a.ProjectID+"/invite", inv, ""), 200, "invite admin")
+		uc := as(t, s, userToken(t, s, "init-admin@example.com", "init-admin-pw", a.ProjectID))
+		if me := expect(t, uc.Do("GET", "auth/me", nil, ""), 200, "me"); me["membership"].(map[string]any)["admin"] != true {
+			t.Fatalf("the caller must be a project admin: %v", me["membership"])
+		}
+		params := map[string]any{"resourceType": "Parameters", "parameter": []any{map[string]any{"name": "name", "valueString": "Created"}}}
+		p := expect(t, uc.Do("POST", "fhir/R4/Project/$init", params, ""), 201, "init")
+		if p["resourceType"] != "Project" || p["name"] != "Created" || p["strictMode"] != true {
+			t.Errorf("$init answer: want the created Project with strictMode true: %v", p)
+		}
+		if p["superAdmin"] != nil || p["systemSecret"] != nil {
+			t.Errorf("$init answer has fields it did not set: %v", p)
+		}
+		// Read back in the new project, which the caller administers: the
+		// field rules apply.
+		nc := as(t, s, userToken(t, s, "init-admin@example.com", "init-admin-pw", id(p)))
+		got := expect(t, nc.Do("GET", "fhir/R4/Project/"+id(p), nil, ""), 200, "read back")
+		if _, ok := got["strictMode"]; ok || got["name"] != "Created" {
+			t.Errorf("read back by a project admin: strictMode must be hidden: %v", got)
+		}
+		stored := expect(t, as(t, s, s.SuperAdmin(t).Token).Do("GET", "fhir/R4/Project/"+id(p), nil, ""), 200, "super admin read")
+		if stored["strictMode"] != true {
+			t.Errorf("stored project: %v", stored)
+		}
+	})
+}

@@ -300,16 +300,9 @@ func TestBotFHIRImportActsAsBotMembership(t *testing.T) {
 		c := s.NewProject(t, "fhir-import")
 		other := s.NewProject(t, "elsewhere")
 		hidden := other.Create(map[string]any{"resourceType": "Patient"})["id"].(string)
+		// The Bot got its membership when it was created.
 		id := deployBot(t, c, wasm, nil)
 		patient := `{"resourceType":"Patient","name":[{"family":"FromBot"}]}`
-		if r := c.Do("POST", "fhir/R4/Bot/"+id+"/$execute", patient, "application/fhir+json"); r.Status == 201 {
-			t.Errorf("a bot without a membership must not write: %d %s", r.Status, r.Body)
-		}
-		_, err := s.Store.Create(context.Background(), admin.NewMembership(c.ProjectID, "fhir-import", "Bot/"+id, "Bot/"+id, "bot", false),
-			store.Write{Project: c.ProjectID})
-		if err != nil {
-			t.Fatal(err)
-		}
 		r := c.Do("POST", "fhir/R4/Bot/"+id+"/$execute", patient, "application/fhir+json")
 		if r.Status != 201 {
 			t.Fatalf("bot create: %d %s", r.Status, r.Body)
@@ -324,6 +317,18 @@ func TestBotFHIRImportActsAsBotMembership(t *testing.T) {
 		r = c.Do("POST", "fhir/R4/Bot/"+id+"/$execute", `{"id":"`+hidden+`"}`, "application/json")
 		if r.Status != 404 {
 			t.Errorf("bot read across projects: %d %s", r.Status, r.Body)
+		}
+		// Without its membership (removed here behind the API's back) the
+		// bot runs but its FHIR calls are refused.
+		ms, err := store.SearchResources(context.Background(), s.Store, store.AllProjects, "ProjectMembership", "user=Bot/"+id)
+		if err != nil || len(ms) != 1 {
+			t.Fatalf("the bot's membership: %v %v", ms, err)
+		}
+		if err := s.Store.Delete(context.Background(), store.AllProjects, "ProjectMembership", ms[0].ID(), store.Write{}); err != nil {
+			t.Fatal(err)
+		}
+		if r := c.Do("POST", "fhir/R4/Bot/"+id+"/$execute", patient, "application/fhir+json"); r.Status == 201 || !strings.Contains(string(r.Body), "Bot has no project membership") {
+			t.Errorf("a bot without a membership must not write: %d %s", r.Status, r.Body)
 		}
 	})
 }

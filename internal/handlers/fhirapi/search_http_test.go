@@ -470,7 +470,15 @@ func TestSearchMemberships(t *testing.T) {
 				"identifier": []any{map[string]any{"system": "urn:m", "value": "m1"}}}),
 			"pat": m(map[string]any{"user": ref("User/" + user), "profile": ref("Patient/" + pat), "active": false,
 				"access": []any{map[string]any{"policy": ref("AccessPolicy/" + ap2)}}}),
-			"bot": m(map[string]any{"user": ref("Bot/" + bot), "profile": ref("Bot/" + bot), "active": true}),
+		}
+		// The Bot's own membership, made with it; active set explicitly.
+		botm := entryIDs(t, c.Do("GET", "fhir/R4/ProjectMembership?user=Bot/"+bot, nil, ""))
+		if len(botm) != 1 {
+			t.Fatalf("the Bot's membership: %v", botm)
+		}
+		ids["bot"] = botm[0]
+		if r := sa.Do("PATCH", "fhir/R4/ProjectMembership/"+botm[0], `[{"op":"add","path":"/active","value":true}]`, "application/json-patch+json"); r.Status != 200 {
+			t.Fatalf("activate the Bot's membership: %d %s", r.Status, r.Body)
 		}
 		if got := str(sa.Do("GET", "fhir/R4/ProjectMembership/"+ids["prac"], nil, "").JSON(), "meta", "project"); got != c.ProjectID {
 			t.Fatalf("membership created in %q, want %q", got, c.ProjectID)

@@ -113,16 +113,8 @@ func syncAdminClient(ctx context.Context, s store.Store, projectID, clientID, se
 	return err
 }
 
-// NewMembership builds a ProjectMembership resource.
+// NewMembership builds a ProjectMembership resource (fhirservice's, which
+// also gives every new Bot its own).
 func NewMembership(projectID, projectName, user, profile, profileDisplay string, admin bool) fhir.Resource {
-	m := fhir.Resource{
-		"resourceType": "ProjectMembership",
-		"project":      map[string]any{"reference": "Project/" + projectID, "display": projectName},
-		"user":         map[string]any{"reference": user},
-		"profile":      map[string]any{"reference": profile, "display": profileDisplay},
-	}
-	if admin {
-		m["admin"] = true
-	}
-	return m
+	return fhirservice.NewMembership(projectID, projectName, user, profile, profileDisplay, admin)
 }

@@ -182,9 +182,10 @@ func (s *Service) CreateClient(ctx context.Context, c Caller, pid string, body m
 	return s.createWithMembership(ctx, c, pid, project, client, body["accessPolicy"])
 }
 
-// CreateBot creates a Bot and its own membership (user = profile = the Bot).
+// CreateBot creates a Bot in project pid; the FHIR service gives it its own
+// membership (user = profile = the Bot), with the body's accessPolicy.
 func (s *Service) CreateBot(ctx context.Context, c Caller, pid string, body map[string]any) (*store.Record, error) {
-	_, project, err := s.projectFor(ctx, c, pid)
+	_, _, err := s.projectFor(ctx, c, pid)
 	if err != nil {
 		return nil, err
 	}
@@ -198,9 +199,41 @@ func (s *Service) CreateBot(ctx context.Context, c Caller, pid string, body map[
 			bot[f] = v
 		}
 	}
-	return s.createWithMembership(ctx, c, pid, project, bot, body["accessPolicy"])
+	// meta.project names the project (a super admin may name any; for
+	// anyone else the service keeps it to their own, which is pid).
+	bot["meta"] = map[string]any{"project": pid}
+	var out *store.Record
+	err = s.Store.InTx(ctx, func(tx store.Store) error {
+		policy, err := policyRef(ctx, tx, pid, body["accessPolicy"])
+		if err != nil {
+			return err
+		}
+		out, err = s.FHIR.WithStore(tx).CreateBot(ctx, c.Principal, bot, policy)
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
 }
 
+// policyRef is the reference of an accessPolicy given to the admin API
+// ({"reference": "AccessPolicy/<id>"}, or nil for none), checked to be one
+// of project pid's policies.
+func policyRef(ctx context.Context, st store.Store, pid string, policy any) (string, error) {
+	if policy == nil {
+		return "", nil
+	}
+	pref, _ := policy.(map[string]any)
+	pr, _ := pref["reference"].(string)
+	if err := checkPolicies(ctx, st, pid, []string{pr}); err != nil {
+		return "", err
+	}
+	return pr, nil
+}
+
+// createWithMembership creates a ClientApplication and its membership (a
+// Bot's is the FHIR service's, CreateBot).
 func (s *Service) createWithMembership(ctx context.Context, c Caller, pid string, project, res fhir.Resource, policy any) (*store.Record, error) {
 	var out *store.Record
 	err := s.Store.InTx(ctx, func(tx store.Store) error {
@@ -218,12 +251,11 @@ func (s *Service) createWithMembership(ctx context.Context, c Caller, pid string
 		out = rec
 		r := res.Type() + "/" + rec.ID
 		m := NewMembership(pid, project.String("name"), r, r, res.String("name"), false)
-		if policy != nil {
-			pref, _ := policy.(map[string]any)
-			pr, _ := pref["reference"].(string)
-			if err := checkPolicies(ctx, tx, pid, []string{pr}); err != nil {
-				return err
-			}
+		pr, err := policyRef(ctx, tx, pid, policy)
+		if err != nil {
+			return err
+		}
+		if pr != "" {
 			m["accessPolicy"] = ref(pr)
 		}
 		_, err = svc.Create(ctx, c.server(pid), m)

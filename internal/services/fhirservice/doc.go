@@ -27,6 +27,7 @@
 //	(*Service).History(ctx, p, typ, id, count, offset) ([]store.Record, error)
 //	(*Service).Search(ctx, p, *fhir.SearchRequest) (*store.SearchResult, error)
 //	(*Service).Create(ctx, p, fhir.Resource) (*store.Record, error)
+//	(*Service).CreateBot(ctx, p, fhir.Resource, accessPolicy) (*store.Record, error) // the admin API's bot route
 //	(*Service).Update(ctx, p, typ, id, fhir.Resource, ifMatch) (*store.Record, error)
 //	(*Service).Patch(ctx, p, typ, id, jsonpatch.Patch, ifMatch) (*store.Record, error)
 //	(*Service).Modify(ctx, p, typ, id, fn) (*store.Record, error) // read-modify-write under Patch's rules
@@ -46,7 +47,9 @@
 // principal sees it, so that a hidden field can be neither tested, copied nor
 // moved. Deleting a ClientApplication, a Bot or a User deletes its
 // memberships in the same transaction: its tokens and secret stop working at
-// once (caches learn of it through the store's change feed).
+// once (caches learn of it through the store's change feed). Creating a Bot
+// creates its own membership in the same transaction, whatever the path
+// (CreateBot names its access policy; docs/decisions.md 32).
 //
 // Use-cases that decide themselves whether their caller may act (the admin
 // API's invitations and memberships, logins) write through the same methods

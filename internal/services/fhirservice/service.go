@@ -249,7 +249,15 @@ func isIdentChar(c byte) bool {
 // Create stores a new resource for p in p's project (a super admin may name
 // another in meta.project). The server chooses the id; the table's managed
 // fields are the server's, and a hidden or read-only field may not be set.
+// A Bot gets its own membership in the same transaction
+// (createBotMembership).
 func (s *Service) Create(ctx context.Context, p *principal.Principal, res fhir.Resource) (*store.Record, error) {
+	return s.create(ctx, p, res, "")
+}
+
+// create is Create; botPolicy is the AccessPolicy of a Bot's membership
+// (CreateBot).
+func (s *Service) create(ctx context.Context, p *principal.Principal, res fhir.Resource, botPolicy string) (*store.Record, error) {
 	typ := res.Type()
 	if err := Authorize(p, typ, OpCreate); err != nil {
 		return nil, err
@@ -305,6 +313,11 @@ func (s *Service) Create(ctx context.Context, p *principal.Principal, res fhir.R
 			return err
 		} else if len(rules) > 0 {
 			if err := enforce(typ, nil, res.Clone(), rules, true); err != nil {
+				return err
+			}
+		}
+		if typ == "Bot" {
+			if err := s.createBotMembership(ctx, tx, p, w.Project, rec, res, botPolicy); err != nil {
 				return err
 			}
 		}
