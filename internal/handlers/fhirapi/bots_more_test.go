@@ -14,7 +14,6 @@ import (
 	"github.com/sandbot/sandbot/fhir"
 	"github.com/sandbot/sandbot/internal/server"
 	"github.com/sandbot/sandbot/internal/servertest"
-	"github.com/sandbot/sandbot/internal/services/admin"
 	"github.com/sandbot/sandbot/limits"
 	"github.com/sandbot/sandbot/runtime"
 	"github.com/sandbot/sandbot/store"
