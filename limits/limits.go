@@ -78,7 +78,9 @@ type Limits struct {
 	// turns at their fuel yields in a fair order across projects.
 	ExecutionsPerCore int64
 	// GuestCores is how many executions run guest code at once, taking
-	// turns at their fuel yields; by default the cores (GOMAXPROCS).
+	// turns at their fuel yields; by default twice the cores (GOMAXPROCS):
+	// with one turn per core, executions that wait on the turn of another of
+	// their project's lengthened the tail of every bot's latency.
 	GuestCores int64
 	// ExecutionWaitMillis is how long an execution that does not fit (the
 	// node's executions or memory, or its project's share of them) waits
@@ -172,7 +174,7 @@ func Default() Limits {
 		ExecutionMemoryBytes:    1 << 30,
 		ProjectExecutionPercent: 50,
 		ExecutionsPerCore:       8,
-		GuestCores:              int64(goruntime.GOMAXPROCS(0)),
+		GuestCores:              int64(2 * goruntime.GOMAXPROCS(0)),
 		ExecutionWaitMillis:     250,
 
 		CompileConcurrency: 2,
@@ -316,7 +318,7 @@ func Settings() []Setting {
 			Min: 1, Max: 100, Field: func(l *Limits) *int64 { return &l.ProjectExecutionPercent }},
 		{Env: "SANDBOT_EXECUTIONS_PER_CORE", Flag: "executions-per-core", Usage: "bot executions admitted at once per core (only as many as there are cores run guest code at a time, taking turns fairly across projects)",
 			Min: 1, Max: 1024, Field: func(l *Limits) *int64 { return &l.ExecutionsPerCore }},
-		{Env: "SANDBOT_GUEST_CORES", Flag: "guest-cores", Usage: "executions that run bots' code at once, taking turns fairly across projects (default: the cores)",
+		{Env: "SANDBOT_GUEST_CORES", Flag: "guest-cores", Usage: "executions that run bots' code at once, taking turns fairly across projects (default: twice the cores)",
 			Min: 1, Max: 1024, Field: func(l *Limits) *int64 { return &l.GuestCores }},
 		{Env: "SANDBOT_EXECUTION_WAIT_MS", Flag: "execution-wait-ms", Usage: "how long an execution that does not fit waits for room before 429 (0: none waits)",
 			Min: 0, Max: 60_000, ZeroIsOff: true, Field: func(l *Limits) *int64 { return &l.ExecutionWaitMillis }},

@@ -90,13 +90,13 @@ type Runtime struct {
 	flights     map[string]*compileFlight
 }
 
-// guestCores is how many executions run guest code at once: n, or the
-// cores (runtime/RATIONALE.md, "Sharing the CPU").
+// guestCores is how many executions run guest code at once: n, or twice
+// the cores (runtime/RATIONALE.md, "Sharing the CPU").
 func guestCores(n int64) int {
 	if n > 0 {
 		return int(n)
 	}
-	return goruntime.GOMAXPROCS(0)
+	return 2 * goruntime.GOMAXPROCS(0)
 }
 
 // wasm32MaxPages is the largest memory a 32-bit module can address (4 GiB).
