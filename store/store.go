@@ -144,6 +144,19 @@ type Change struct {
 	Project      string
 }
 
+// Written is one write of a transaction, as a write hook sees it before the
+// transaction commits (sqlstore.Store.SetWriteHook): what was written, and
+// what it replaced.
+type Written struct {
+	// Interaction is "create", "update" or "delete".
+	Interaction string
+	// Record is the version written (for a delete: the deletion, without
+	// JSON).
+	Record Record
+	// Previous is the JSON of the version replaced (nil on create).
+	Previous []byte
+}
+
 // ChangeTypes are the resource types whose updates and deletions every
 // process on the database hears about (Store.Subscribe), because servers keep
 // what they derive from them: principals from logins, memberships, access

@@ -71,9 +71,19 @@ func (s *Store) Create(ctx context.Context, res fhir.Resource, w store.Write) (*
 		}
 		rec, err := tx.write(ctx, res, id, w.Project, w.Author, true)
 		out = rec
+		if err == nil {
+			tx.wrote("create", rec, nil)
+		}
 		return err
 	})
 	return out, err
+}
+
+// wrote records a write of the transaction for the write hook.
+func (s *Store) wrote(interaction string, rec *store.Record, previous []byte) {
+	if s.written != nil {
+		*s.written = append(*s.written, store.Written{Interaction: interaction, Record: *rec, Previous: previous})
+	}
 }
 
 // write stores a new version of res (which it modifies: id and meta) and
@@ -445,6 +455,9 @@ func (s *Store) Update(ctx context.Context, scope store.Scope, resourceType, id 
 			}
 		}
 		out, err = tx.write(ctx, next, id, r.ProjectID, w.Author, false)
+		if err == nil {
+			tx.wrote("update", out, []byte(r.Content))
+		}
 		return err
 	})
 	return out, err
@@ -468,10 +481,13 @@ func (s *Store) Delete(ctx context.Context, scope store.Scope, resourceType, id 
 			return err
 		}
 		// The deletion is the current version: a row without content.
+		version := newID()
 		if _, err := tx.q.ExecContext(ctx, tx.rebind(`UPDATE resources SET version_id = ?, last_updated = ?, deleted = ?, content = ? WHERE id = ?`),
-			newID(), now.UnixMicro(), true, "", id); err != nil {
+			version, now.UnixMicro(), true, "", id); err != nil {
 			return err
 		}
+		tx.wrote("delete", &store.Record{ResourceType: resourceType, ID: id, VersionID: version, LastUpdated: time.UnixMicro(now.UnixMicro()).UTC(),
+			Project: r.ProjectID, Deleted: true}, []byte(r.Content))
 		tx.counts.addLive(resourceType, r.ProjectID, -1)
 		old, err := tx.countedValues(ctx, resourceType, id)
 		if err != nil {

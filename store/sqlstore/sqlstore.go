@@ -69,6 +69,28 @@ type Store struct {
 	river *riverState
 	// metrics time operations and count the database's errors (nil: none).
 	metrics *storeMetrics
+	// written collects, in a transaction, the resources it writes, for the
+	// write hook (hooks) that sees them before the commit.
+	written *[]store.Written
+	hooks   *writeHooks
+}
+
+// writeHooks holds the function that sees every transaction's writes before
+// it commits (SetWriteHook).
+type writeHooks struct {
+	mu      sync.RWMutex
+	onWrite func(ctx context.Context, tx store.Store, writes []store.Written) error
+}
+
+// SetWriteHook has fn called in every transaction that wrote resources (by
+// Create, Update or Delete; CreateMany's are not seen), just before it
+// commits, with the transaction and its writes: what fn writes (a job) is
+// committed with them or not at all, and an error of fn rolls everything
+// back. Set it before the store serves writes.
+func (s *Store) SetWriteHook(fn func(ctx context.Context, tx store.Store, writes []store.Written) error) {
+	s.hooks.mu.Lock()
+	s.hooks.onWrite = fn
+	s.hooks.mu.Unlock()
 }
 
 // optimizeInterval is how often SQLite refreshes its planner statistics.
@@ -196,7 +218,7 @@ func Open(ctx context.Context, databaseURL string, opts Options) (*Store, error)
 		db.SetMaxIdleConns(16)
 	}
 	s := &Store{db: db, dialect: dialect, q: db, log: log, now: time.Now, prepared: &preparedStmts{}, rateSwept: new(atomic.Int64),
-		url: databaseURL, river: &riverState{}, metrics: newStoreMetrics(opts.Registerer, dialect)}
+		url: databaseURL, river: &riverState{}, metrics: newStoreMetrics(opts.Registerer, dialect), hooks: &writeHooks{}}
 	s.feed = &changeFeed{store: s, url: databaseURL, poll: opts.ChangePollInterval, log: log, metrics: newFeedMetrics(opts.Registerer)}
 	pingCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
@@ -319,9 +341,21 @@ func (s *Store) runTx(ctx context.Context, fn func(tx store.Store) error) error 
 	child.q, child.tx = tx, tx
 	child.touched = new([]store.Change)
 	child.counts = &countDeltas{}
+	child.written = new([]store.Written)
 	if err := fn(&child); err != nil {
 		tx.Rollback()
 		return err
+	}
+	if writes := *child.written; len(writes) > 0 {
+		s.hooks.mu.RLock()
+		hook := s.hooks.onWrite
+		s.hooks.mu.RUnlock()
+		if hook != nil {
+			if err := hook(ctx, &child, writes); err != nil {
+				tx.Rollback()
+				return err
+			}
+		}
 	}
 	if err := child.counts.apply(ctx, &child); err != nil {
 		tx.Rollback()
