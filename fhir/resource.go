@@ -160,6 +160,21 @@ func (r Resource) MetaProject() string {
 	return s
 }
 
+// MetaVersion is meta.versionId of a stored resource.
+func (r Resource) MetaVersion() string {
+	meta, _ := r["meta"].(map[string]any)
+	s, _ := meta["versionId"].(string)
+	return s
+}
+
+// MetaAuthor is meta.author.reference of a stored resource.
+func (r Resource) MetaAuthor() string {
+	meta, _ := r["meta"].(map[string]any)
+	author, _ := meta["author"].(map[string]any)
+	s, _ := author["reference"].(string)
+	return s
+}
+
 // leadingFields are written first, in this order, as FHIR servers
 // conventionally do; the other fields follow sorted by name.
 var leadingFields = []string{"resourceType", "id", "meta"}

@@ -28,6 +28,7 @@ import (
 	"github.com/sandbot/sandbot/internal/services/fhirgraphql"
 	"github.com/sandbot/sandbot/internal/services/fhirservice"
 	"github.com/sandbot/sandbot/internal/services/jobs"
+	"github.com/sandbot/sandbot/internal/services/subscriptions"
 	"github.com/sandbot/sandbot/limits"
 	"github.com/sandbot/sandbot/runtime"
 	"github.com/sandbot/sandbot/store"
@@ -81,8 +82,11 @@ type Server struct {
 	// Bots runs bots, whatever triggers them; nil without a runtime.
 	Bots *bots.Service
 	// Jobs runs the background jobs of this process (asynchronous
-	// executions); nil on a store that is not SQL.
+	// executions, subscription deliveries); nil on a store that is not SQL.
 	Jobs *jobs.Engine
+	// Subscriptions delivers writes to the bots that Subscriptions name;
+	// nil without a runtime or a job engine.
+	Subscriptions *subscriptions.Service
 
 	ready atomic.Bool
 	log   *slog.Logger
@@ -123,6 +127,10 @@ func New(ctx context.Context, cfg Config, st store.Store, reg *prometheus.Regist
 		fhirCfg.Bots = s.Bots
 		if s.Jobs != nil {
 			fhirCfg.Jobs = s.Jobs
+			// Subscriptions run bots from the store's write hook, through
+			// the job engine.
+			s.Subscriptions = subscriptions.New(subscriptions.Config{Store: st.(*sqlstore.Store), FHIR: s.Service, Bots: s.Bots,
+				Jobs: s.Jobs, Log: log, Registerer: reg})
 		}
 	}
 	// The GraphQL schema is generated from the embedded definitions once per

@@ -42,6 +42,7 @@ type auditEntry struct {
 	botName    string
 	requester  string
 	input      string // the input's reference when it is a resource with an id
+	entities   []string
 	outcome    string
 	desc       string
 	start, end time.Time
@@ -68,6 +69,9 @@ func (e *auditEntry) event() fhir.Resource {
 	entity := []any{map[string]any{"what": bot, "role": entityRole(e.bot)}}
 	if e.input != "" {
 		entity = append(entity, map[string]any{"what": map[string]any{"reference": e.input}, "role": entityRole(e.input)})
+	}
+	for _, ref := range e.entities {
+		entity = append(entity, map[string]any{"what": map[string]any{"reference": ref}, "role": entityRole(ref)})
 	}
 	ev := fhir.Resource{
 		"resourceType": "AuditEvent",
@@ -238,7 +242,7 @@ func (s *Service) audit(p *principal.Principal, t *target, c call, start time.Ti
 	}
 	end := time.Now().UTC()
 	e := auditEntry{project: t.rec.Project, bot: "Bot/" + t.rec.ID, botName: t.bot.String("name"), requester: p.Profile,
-		input: inputReference(c.input), outcome: outcome, desc: desc, start: start.UTC(), end: end}
+		input: inputReference(c.input), entities: c.entities, outcome: outcome, desc: desc, start: start.UTC(), end: end}
 	if toLog {
 		s.log.Info("bot execution", "audit_event", "execute", "project", e.project, "bot", e.bot, "requester", e.requester,
 			"trigger", string(c.trigger), "outcome", e.outcome, "start", e.start.Format(fhir.TimeFormat), "end", e.end.Format(fhir.TimeFormat))

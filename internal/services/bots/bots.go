@@ -38,6 +38,8 @@ const (
 	TriggerRequest Trigger = "request" // $execute answered in the request
 	TriggerJob     Trigger = "job"     // $execute with Prefer: respond-async, run by a job
 	TriggerLocal   Trigger = "local"   // sandbot bot run
+	// TriggerSubscription: a Subscription's delivery (internal/services/subscriptions).
+	TriggerSubscription Trigger = "subscription"
 )
 
 // Execute asks for one execution of a Bot.
@@ -59,6 +61,9 @@ type Execute struct {
 	Headers map[string]string
 	TraceID string
 	Trigger Trigger
+	// Entities are more references the AuditEvent names (the Subscription
+	// that triggered the execution).
+	Entities []string
 	// Async accepts the execution as a job (Prefer: respond-async) that
 	// RequestURL, the URL of the request, names in its AsyncJob.
 	Async      bool

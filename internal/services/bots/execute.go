@@ -46,6 +46,7 @@ type call struct {
 	headers   map[string]string
 	traceID   string
 	trigger   Trigger
+	entities  []string
 }
 
 // target is a Bot resolved for an execution: its record, decoded, and its
@@ -76,7 +77,7 @@ func (s *Service) Execute(ctx context.Context, ex Execute) (*Result, error) {
 	if err != nil {
 		return nil, err
 	}
-	c := call{headers: ex.Headers, traceID: ex.TraceID, trigger: ex.Trigger}
+	c := call{headers: ex.Headers, traceID: ex.TraceID, trigger: ex.Trigger, entities: ex.Entities}
 	if ex.Query != nil {
 		q := url.Values{}
 		for k, v := range ex.Query {

@@ -277,6 +277,11 @@ func (s *Service) create(ctx context.Context, p *principal.Principal, res fhir.R
 	if err := enforce(typ, nil, res, rulesFor(p, typ).fields, true); err != nil {
 		return nil, err
 	}
+	if typ == "Subscription" && !p.IsSystem() {
+		if err := s.checkSubscription(ctx, p, res); err != nil {
+			return nil, err
+		}
+	}
 	w := store.Write{Project: project, Author: p.Author(), CheckReferences: !p.SuperAdmin}
 	switch typ {
 	case "Project":
@@ -418,7 +423,15 @@ func (s *Service) modify(ctx context.Context, p *principal.Principal, typ, id, i
 			if next.ID() != id {
 				return nil, fhir.Invalid("Incorrect resource ID", "id")
 			}
-			return next, enforce(typ, cur, next, rules, replace)
+			if err := enforce(typ, cur, next, rules, replace); err != nil {
+				return nil, err
+			}
+			if typ == "Subscription" && !p.IsSystem() {
+				if err := s.checkSubscription(ctx, p, next); err != nil {
+					return nil, err
+				}
+			}
+			return next, nil
 		})
 		if err != nil {
 			return err

@@ -115,6 +115,8 @@ type Job struct {
 	// Attempt counts the starts of the job, this one included (a start
 	// handed back by a shutdown, or for lack of capacity, is not counted).
 	Attempt int
+	// MaxAttempts is how many starts a task may take (tasks.go).
+	MaxAttempts int
 }
 
 // Handler runs a job of one kind. ctx is canceled when the job is

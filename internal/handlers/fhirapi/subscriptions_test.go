@@ -1,0 +1,196 @@
+package fhirapi_test
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sandbot/sandbot/internal/servertest"
+)
+
+// recorderBot records each delivery as a Basic whose code.text says what it
+// got: "<interaction> <Type>/<id> <gender>".
+const recorderBot = `exports.handler = async (medplum, event) => {
+  const r = event.input.deletedResource || event.input;
+  await medplum.createResource({ resourceType: 'Basic', code: { text:
+    event.headers['x-medplum-interaction'] + ' ' + r.resourceType + '/' + r.id + ' ' + (r.gender || '') } });
+  return { ok: true };
+};`
+
+func subscription(bot, criteria string, interactions ...string) map[string]any {
+	sub := map[string]any{"resourceType": "Subscription", "status": "active", "reason": "test", "criteria": criteria,
+		"channel": map[string]any{"type": "rest-hook", "endpoint": "Bot/" + bot}}
+	var exts []any
+	for _, i := range interactions {
+		exts = append(exts, map[string]any{"url": "https://medplum.com/fhir/StructureDefinition/subscription-supported-interaction", "valueCode": i})
+	}
+	if exts != nil {
+		sub["extension"] = exts
+	}
+	return sub
+}
+
+// recorded waits until the project has at least n Basic records (or 20 s)
+// and answers their texts.
+func recorded(t *testing.T, c *servertest.Client, n int) []string {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		r := c.Do("GET", "fhir/R4/Basic?_count=100&_sort=_lastUpdated", nil, "")
+		entries, _ := r.JSON()["entry"].([]any)
+		if len(entries) >= n || time.Now().After(deadline) {
+			var out []string
+			for _, e := range entries {
+				out = append(out, servertest.Field(e, "resource", "code", "text").(string))
+			}
+			return out
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// TestSubscriptionsRunBots: a Subscription to a Bot runs it for the writes
+// its criteria and interactions match, with the resource version as input
+// (the deleted one on delete), and its AuditEvent names the Subscription; a
+// transaction that rolls back delivers nothing.
+func TestSubscriptionsRunBots(t *testing.T) {
+	servertest.ForEachBackend(t, func(t *testing.T, s *servertest.Server) {
+		c := s.NewProject(t, "subscriptions")
+		bot := deployJS(t, c, "recorder", recorderBot, nil)
+		for _, sub := range []map[string]any{
+			subscription(bot, "Patient?gender=female"),
+			subscription(bot, "Patient", "delete"),
+		} {
+			if r := c.Do("POST", "fhir/R4/Subscription", sub, "application/fhir+json"); r.Status != 201 {
+				t.Fatalf("subscription: %d %s", r.Status, r.Body)
+			}
+		}
+		male := c.Create(map[string]any{"resourceType": "Patient", "gender": "male"})["id"].(string)
+		female := c.Create(map[string]any{"resourceType": "Patient", "gender": "female"})["id"].(string)
+		// A transaction that fails at its second entry keeps nothing and
+		// delivers nothing.
+		r := c.Do("POST", "fhir/R4", map[string]any{"resourceType": "Bundle", "type": "transaction", "entry": []any{
+			map[string]any{"request": map[string]any{"method": "POST", "url": "Patient"}, "resource": map[string]any{"resourceType": "Patient", "gender": "female"}},
+			map[string]any{"request": map[string]any{"method": "PUT", "url": "Patient/no-such"}, "resource": map[string]any{"resourceType": "Observation"}},
+		}}, "application/fhir+json")
+		if r.Status < 400 {
+			t.Fatalf("the failing transaction: %d %s", r.Status, r.Body)
+		}
+		if r := c.Do("PATCH", "fhir/R4/Patient/"+male, []any{map[string]any{"op": "replace", "path": "/gender", "value": "female"}}, "application/json-patch+json"); r.Status != 200 {
+			t.Fatalf("patch: %d %s", r.Status, r.Body)
+		}
+		if r := c.Do("DELETE", "fhir/R4/Patient/"+female, nil, ""); r.Status != 200 {
+			t.Fatalf("delete: %d %s", r.Status, r.Body)
+		}
+		got := recorded(t, c, 3)
+		time.Sleep(300 * time.Millisecond) // nothing more may come
+		got = recorded(t, c, 3)
+		want := map[string]bool{
+			"create Patient/" + female + " female": true,
+			"update Patient/" + male + " female":   true,
+			"delete Patient/" + female + " female": true,
+		}
+		if len(got) != len(want) {
+			t.Fatalf("deliveries %q, want %v", got, want)
+		}
+		for _, g := range got {
+			if !want[g] {
+				t.Errorf("unexpected delivery %q (all: %q)", g, got)
+			}
+		}
+		// The executions' AuditEvents name the Subscription.
+		events := c.Do("GET", "fhir/R4/AuditEvent?entity=Bot/"+bot+"&_count=10", nil, "").JSON()
+		entries, _ := events["entry"].([]any)
+		subs := 0
+		for _, e := range entries {
+			for _, en := range servertest.Field(e, "resource", "entity").([]any) {
+				if ref, _ := servertest.Field(en, "what", "reference").(string); strings.HasPrefix(ref, "Subscription/") {
+					subs++
+				}
+			}
+		}
+		if subs != 3 {
+			t.Errorf("%d AuditEvents name a Subscription: %s", subs, mustJSON(events))
+		}
+	})
+}
+
+// TestSubscriptionWrites: what a Subscription may ask is checked when it is
+// written (400 naming the element), and only a Bot its writer can run may
+// be wired.
+func TestSubscriptionWrites(t *testing.T) {
+	servertest.ForEachBackend(t, func(t *testing.T, s *servertest.Server) {
+		c := s.NewProject(t, "subscription writes")
+		bot := createMemberBot(t, c, map[string]any{"name": "b"})
+		other := s.NewProject(t, "another")
+		foreign := createMemberBot(t, other, map[string]any{"name": "theirs"})
+		for name, c2 := range map[string]struct {
+			sub  map[string]any
+			want string
+		}{
+			"unknown type":          {subscription(bot, "Nothing?x=1"), "Subscription.criteria"},
+			"unknown parameter":     {subscription(bot, "Patient?nothing=1"), "Subscription.criteria"},
+			"chained":               {subscription(bot, "Observation?subject:Patient.name=x"), "Subscription.criteria"},
+			"bad interaction":       {subscription(bot, "Patient", "read"), "Subscription.extension"},
+			"another project's bot": {subscription(foreign, "Patient"), "Subscription.channel.endpoint"},
+			"a URL endpoint": {func() map[string]any {
+				m := subscription(bot, "Patient")
+				m["channel"] = map[string]any{"type": "rest-hook", "endpoint": "https://example.com/hook"}
+				return m
+			}(), "Subscription.channel.endpoint"},
+		} {
+			r := c.Do("POST", "fhir/R4/Subscription", c2.sub, "application/fhir+json")
+			if r.Status != 400 || !strings.Contains(string(r.Body), c2.want) {
+				t.Errorf("%s: %d %s", name, r.Status, r.Body)
+			}
+		}
+		ok := c.Do("POST", "fhir/R4/Subscription", subscription(bot, "Patient?gender=male"), "application/fhir+json")
+		if ok.Status != 201 {
+			t.Fatalf("a valid Subscription: %d %s", ok.Status, ok.Body)
+		}
+		id := ok.JSON()["id"].(string)
+		bad := subscription(foreign, "Patient")
+		bad["id"] = id
+		if r := c.Do("PUT", "fhir/R4/Subscription/"+id, bad, "application/fhir+json"); r.Status != 400 {
+			t.Errorf("rewired to another project's bot: %d %s", r.Status, r.Body)
+		}
+	})
+}
+
+// TestSubscriptionLoopStops: a bot that updates the resource it watches
+// runs a bounded number of times, and an AuditEvent says the chain stopped.
+func TestSubscriptionLoopStops(t *testing.T) {
+	servertest.ForEachBackend(t, func(t *testing.T, s *servertest.Server) {
+		c := s.NewProject(t, "loop")
+		bot := deployJS(t, c, "looper", `exports.handler = async (medplum, event) => {
+  const p = event.input;
+  p.name = [{ family: 'x' + ((p.name && p.name[0].family) || '') }];
+  await medplum.updateResource(p);
+  return { ok: true };
+};`, nil)
+		if r := c.Do("POST", "fhir/R4/Subscription", subscription(bot, "Patient"), "application/fhir+json"); r.Status != 201 {
+			t.Fatalf("subscription: %d %s", r.Status, r.Body)
+		}
+		id := c.Create(map[string]any{"resourceType": "Patient"})["id"].(string)
+		deadline := time.Now().Add(30 * time.Second)
+		var stopped bool
+		for !stopped && time.Now().Before(deadline) {
+			events := c.Do("GET", "fhir/R4/AuditEvent?entity=Patient/"+id+"&outcome=4&_count=10", nil, "").JSON()
+			entries, _ := events["entry"].([]any)
+			for _, e := range entries {
+				if d, _ := servertest.Field(e, "resource", "outcomeDesc").(string); strings.Contains(d, "chain of") {
+					stopped = true
+				}
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+		if !stopped {
+			t.Fatal("no AuditEvent says the chain stopped")
+		}
+		p := c.Do("GET", "fhir/R4/Patient/"+id, nil, "").JSON()
+		family, _ := servertest.Field(p, "name").([]any)[0].(map[string]any)["family"].(string)
+		if family != "xxxxx" {
+			t.Errorf("the bot ran %d times (family %q), want 5", len(family), family)
+		}
+	})
+}

@@ -1,0 +1,126 @@
+package jobs
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/riverqueue/river"
+
+	"github.com/sandbot/sandbot/store"
+	"github.com/sandbot/sandbot/store/sqlstore"
+)
+
+// Tasks are background work without an AsyncJob: a subscription's delivery,
+// say, which no client polls. A task is enqueued in the transaction that
+// makes it due (Enqueue), and run by a TaskFunc that says, by its error,
+// whether to try it again.
+
+// Task is a task to enqueue.
+type Task struct {
+	Kind    string
+	Project string
+	Payload []byte
+	// MaxAttempts is how many times it may be run (0: the engine's).
+	MaxAttempts int
+}
+
+// TaskFunc runs a task. nil: done. A *RetryError: run it again after its
+// delay, uncounted (no capacity). An error wrapped by Permanent: give up
+// now. Any other error: try again, counted, after a delay that doubles
+// from a second, until the attempts run out.
+type TaskFunc func(ctx context.Context, job *Job) error
+
+type permanentError struct{ err error }
+
+func (e *permanentError) Error() string { return e.err.Error() }
+func (e *permanentError) Unwrap() error { return e.err }
+
+// Permanent marks a task's error as one that trying again would not cure.
+func Permanent(err error) error { return &permanentError{err} }
+
+// HandleTasks registers the function that runs the tasks of a kind, in
+// queue. Call it before Start.
+func (e *Engine) HandleTasks(kind, queue string, fn TaskFunc) {
+	e.handlers[kind] = registered{queue: queue}
+	e.queues[queue] = river.QueueConfig{MaxWorkers: e.cfg.Workers}
+	river.AddWorkerArgs(e.workers, args{K: kind}, &taskWorker{engine: e, fn: fn, queue: queue})
+}
+
+// Enqueue adds a task in tx, a transaction of the engine's store: it runs
+// if and only if tx commits. Its River priority, like a job's, comes from
+// its project's backlog in its queue.
+func (e *Engine) Enqueue(ctx context.Context, tx store.Store, t Task) error {
+	reg, ok := e.handlers[t.Kind]
+	if !ok {
+		return fmt.Errorf("jobs: no handler of %q", t.Kind)
+	}
+	client, err := e.clientFor(ctx)
+	if err != nil {
+		return err
+	}
+	sqlTx, ok := sqlstore.TxOf(tx)
+	if !ok {
+		return errors.New("jobs: Enqueue outside a transaction of the store")
+	}
+	n, err := e.backlog(ctx, sqlTx, reg.queue, t.Project)
+	if err != nil {
+		return err
+	}
+	meta, _ := json.Marshal(map[string]string{"project": t.Project})
+	opts := &river.InsertOpts{Queue: reg.queue, Priority: priorityFor(n, e.cfg.Workers), Metadata: meta}
+	if t.MaxAttempts > 0 {
+		opts.MaxAttempts = t.MaxAttempts
+	}
+	_, err = client.InsertTx(ctx, sqlTx, args{K: t.Kind, Project: t.Project, Payload: t.Payload}, opts)
+	if err == nil {
+		e.metrics.submitted.WithLabelValues(reg.queue).Inc()
+	}
+	return err
+}
+
+// taskWorker runs the tasks of one kind.
+type taskWorker struct {
+	river.WorkerDefaults[args]
+	engine *Engine
+	fn     TaskFunc
+	queue  string
+}
+
+func (w *taskWorker) Work(ctx context.Context, rj *river.Job[args]) error {
+	e := w.engine
+	if rj.Attempt == 1 {
+		e.metrics.startLatency.WithLabelValues(w.queue).Observe(time.Since(rj.CreatedAt).Seconds())
+	}
+	e.metrics.running.WithLabelValues(w.queue).Inc()
+	defer e.metrics.running.WithLabelValues(w.queue).Dec()
+	job := &Job{Project: rj.Args.Project, Kind: rj.Args.K, Payload: rj.Args.Payload, Attempt: rj.Attempt,
+		MaxAttempts: rj.MaxAttempts}
+	err := w.fn(ctx, job)
+	var retry *RetryError
+	var permanent *permanentError
+	switch {
+	case err == nil:
+		e.metrics.ended.WithLabelValues(w.queue, "completed").Inc()
+		return nil
+	case ctx.Err() != nil:
+		e.metrics.ended.WithLabelValues(w.queue, "interrupted").Inc()
+		return errors.Join(err, context.Cause(ctx), context.Canceled)
+	case errors.As(err, &retry):
+		e.metrics.ended.WithLabelValues(w.queue, "retry").Inc()
+		return river.JobSnooze(retry.After)
+	case errors.As(err, &permanent):
+		e.metrics.ended.WithLabelValues(w.queue, "error").Inc()
+		return river.JobCancel(err)
+	}
+	e.metrics.ended.WithLabelValues(w.queue, "failed").Inc()
+	return err
+}
+
+// NextRetry doubles the wait after each failed attempt, from a second, up
+// to an hour.
+func (w *taskWorker) NextRetry(job *river.Job[args]) time.Time {
+	return time.Now().Add(min(time.Second<<min(max(job.Attempt-1, 0), 12), time.Hour))
+}
