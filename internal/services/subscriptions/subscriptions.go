@@ -200,7 +200,9 @@ func (s *Service) auditDepth(ctx context.Context, tx store.Store, project, sub s
 }
 
 // withDepth marks ctx as a delivery's at depth d.
-func withDepth(ctx context.Context, d int) context.Context { return context.WithValue(ctx, depthKey{}, d) }
+func withDepth(ctx context.Context, d int) context.Context {
+	return context.WithValue(ctx, depthKey{}, d)
+}
 
 // author is the principal of a Subscription's author: its membership (in
 // the Subscription's project first).
