@@ -1,11 +1,14 @@
 package fhirapi_test
 
 import (
+	"context"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/sandbot/sandbot/fhir"
 	"github.com/sandbot/sandbot/internal/servertest"
+	"github.com/sandbot/sandbot/store"
 )
 
 // recorderBot records each delivery as a Basic whose code.text says what it
@@ -191,6 +194,82 @@ func TestSubscriptionLoopStops(t *testing.T) {
 		family, _ := servertest.Field(p, "name").([]any)[0].(map[string]any)["family"].(string)
 		if family != "xxxxx" {
 			t.Errorf("the bot ran %d times (family %q), want 5", len(family), family)
+		}
+	})
+}
+
+// TestSubscriptionRetries: a bot that fails is tried again, up to the
+// Subscription's max attempts, with an AuditEvent per attempt; one that
+// answers an error of its own is not tried again.
+func TestSubscriptionRetries(t *testing.T) {
+	servertest.ForEachBackend(t, func(t *testing.T, s *servertest.Server) {
+		c := s.NewProject(t, "retries")
+		thrower := deployJS(t, c, "thrower", `exports.handler = async () => { throw new Error('no'); };`, nil)
+		refuser := deployJS(t, c, "refuser", `exports.handler = async () => new Response('not for me', { status: 422 });`, nil)
+		sub := subscription(thrower, "Patient")
+		sub["extension"] = []any{map[string]any{"url": "https://medplum.com/fhir/StructureDefinition/subscription-max-attempts", "valueInteger": 3}}
+		for _, s := range []map[string]any{sub, subscription(refuser, "Patient")} {
+			if r := c.Do("POST", "fhir/R4/Subscription", s, "application/fhir+json"); r.Status != 201 {
+				t.Fatalf("subscription: %d %s", r.Status, r.Body)
+			}
+		}
+		c.Create(map[string]any{"resourceType": "Patient"})
+		count := func(bot string) int {
+			events := c.Do("GET", "fhir/R4/AuditEvent?entity=Bot/"+bot+"&_total=accurate&_count=0", nil, "").JSON()
+			n, _ := events["total"].(float64)
+			return int(n)
+		}
+		deadline := time.Now().Add(40 * time.Second)
+		for count(thrower) < 3 && time.Now().Before(deadline) {
+			time.Sleep(100 * time.Millisecond)
+		}
+		time.Sleep(5 * time.Second) // a fourth attempt would come after 4 s
+		if n := count(thrower); n != 3 {
+			t.Errorf("the failing bot ran %d times, want 3", n)
+		}
+		if n := count(refuser); n != 1 {
+			t.Errorf("the bot that answered 422 ran %d times, want 1", n)
+		}
+	})
+}
+
+// TestSubscriptionDeliversWhatItsAuthorMayRead: a member whose access
+// policy allows Patients (and the Bot) but not Observations wires the bot to
+// both: a Patient is delivered, an Observation is not.
+func TestSubscriptionDeliversWhatItsAuthorMayRead(t *testing.T) {
+	servertest.ForEachBackend(t, func(t *testing.T, s *servertest.Server) {
+		c := s.NewProject(t, "narrow")
+		bot := deployJS(t, c, "recorder", recorderBot, nil)
+		pol := c.Do("POST", "fhir/R4/AccessPolicy", map[string]any{"resourceType": "AccessPolicy", "name": "patients",
+			"resource": []any{map[string]any{"resourceType": "Patient"}, map[string]any{"resourceType": "Bot"},
+				map[string]any{"resourceType": "Subscription"}}}, "application/fhir+json")
+		if pol.Status != 201 {
+			t.Fatalf("policy: %d %s", pol.Status, pol.Body)
+		}
+		m := s.NewMember(t, c.ProjectID, "narrow member", false)
+		found, err := store.SearchResources(context.Background(), s.Store, store.AllProjects, "ProjectMembership", "profile="+m.Profile)
+		if err != nil || len(found) != 1 {
+			t.Fatalf("membership: %v %v", found, err)
+		}
+		if _, err := s.Store.Update(context.Background(), store.AllProjects, "ProjectMembership", found[0].ID(), store.Write{},
+			func(r fhir.Resource) (fhir.Resource, error) {
+				r["accessPolicy"] = map[string]any{"reference": "AccessPolicy/" + pol.JSON()["id"].(string)}
+				return r, nil
+			}); err != nil {
+			t.Fatal(err)
+		}
+		for _, criteria := range []string{"Observation", "Patient"} {
+			if r := m.Do("POST", "fhir/R4/Subscription", subscription(bot, criteria), "application/fhir+json"); r.Status != 201 {
+				t.Fatalf("subscription to %s: %d %s", criteria, r.Status, r.Body)
+			}
+		}
+		c.Create(map[string]any{"resourceType": "Observation", "status": "final", "code": map[string]any{"text": "x"}})
+		patient := c.Create(map[string]any{"resourceType": "Patient", "gender": "other"})["id"].(string)
+		got := recorded(t, c, 1)
+		time.Sleep(500 * time.Millisecond)
+		got = recorded(t, c, 1)
+		if len(got) != 1 || got[0] != "create Patient/"+patient+" other" {
+			t.Errorf("deliveries %q, want only the Patient's", got)
 		}
 	})
 }

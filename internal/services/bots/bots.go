@@ -82,6 +82,10 @@ type Result struct {
 	Outcome     *fhir.OperationOutcome
 	ContentType string
 	Body        []byte
+	// Thrown says that the bot answered an error without a status of its
+	// own choosing (a JavaScript exception, an SDK error): a failure, where
+	// an error with the bot's status is its answer.
+	Thrown bool
 }
 
 // Config configures the service.

@@ -351,22 +351,29 @@ func projectSecrets(project fhir.Resource) map[string]any {
 	return out
 }
 
+// resultOfError maps an error envelope to the answer.
+func resultOfError(env *runtime.Envelope) *Result {
+	status := statusBadRequest
+	if env.Status != 0 {
+		status = env.Status
+	}
+	var msg string
+	if json.Unmarshal(env.Error, &msg) == nil {
+		return &Result{Status: status, Outcome: fhir.OutcomeFor(fhir.Invalid(msg))}
+	}
+	var oo fhir.OperationOutcome
+	if json.Unmarshal(env.Error, &oo) == nil && oo.ResourceType == "OperationOutcome" {
+		return &Result{Status: status, ContentType: mediatype.FHIRJSON, Body: env.Error}
+	}
+	return &Result{Status: status, Outcome: fhir.OutcomeFor(fhir.Invalid(string(env.Error)))}
+}
+
 // resultOf maps the envelope to the answer (sdk/ABI.md §3, docs/decisions.md 7-8).
 func resultOf(requestType string, env *runtime.Envelope) *Result {
 	if len(env.Error) > 0 {
-		status := statusBadRequest
-		if env.Status != 0 {
-			status = env.Status
-		}
-		var msg string
-		if json.Unmarshal(env.Error, &msg) == nil {
-			return &Result{Status: status, Outcome: fhir.OutcomeFor(fhir.Invalid(msg))}
-		}
-		var oo fhir.OperationOutcome
-		if json.Unmarshal(env.Error, &oo) == nil && oo.ResourceType == "OperationOutcome" {
-			return &Result{Status: status, ContentType: mediatype.FHIRJSON, Body: env.Error}
-		}
-		return &Result{Status: status, Outcome: fhir.OutcomeFor(fhir.Invalid(string(env.Error)))}
+		res := resultOfError(env)
+		res.Thrown = env.Status == 0
+		return res
 	}
 	status := statusOK
 	if env.Status != 0 {

@@ -19,8 +19,9 @@ import (
 // deliver runs a delivery task: the Subscription's Bot on the resource
 // version, as the Subscription's author. A Subscription no longer active,
 // or a version its author may not read (its access narrowed since), is
-// skipped. A bot that failed (a timeout, a trap, out of memory) is tried
-// again; one that answered an error of its own (4xx) is not.
+// skipped. A bot that failed (a timeout, a trap, out of memory, a thrown
+// error) is tried again; one that answered an error with a status of its
+// choosing (4xx) is not.
 func (s *Service) deliver(ctx context.Context, job *jobs.Job) error {
 	var d delivery
 	if err := json.Unmarshal(job.Payload, &d); err != nil {
@@ -77,8 +78,13 @@ func (s *Service) deliver(ctx context.Context, job *jobs.Job) error {
 		ContentType: contentType, Headers: headers, Trigger: bots.TriggerSubscription,
 		Entities: []string{"Subscription/" + d.Subscription, d.Type + "/" + d.ID + "/_history/" + d.Version}})
 	switch {
+	case err == nil && res.Thrown:
+		// An error the bot did not give a status (a thrown exception): a
+		// failure, tried again.
+		return s.failed(ctx, job, d, fhir.Errorf(fhir.EInvalid, "the bot failed"), false)
 	case err == nil && res.Status >= 400:
-		// The bot answered an error of its own: not tried again.
+		// The bot answered an error of its own (a 4xx it chose): not tried
+		// again.
 		return s.failed(ctx, job, d, fhir.Errorf(fhir.EInvalid, "the bot answered %d", res.Status), true)
 	case err == nil:
 		s.metrics.deliveries.WithLabelValues("delivered").Inc()
