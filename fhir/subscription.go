@@ -28,22 +28,21 @@ type Subscription struct {
 	MaxAttempts  int
 }
 
-// ParseSubscription reads a Subscription, refusing with EInvalid (naming the
-// element) what sandbot cannot deliver: a channel other than a rest-hook to
-// a Bot, a criteria that is not a search of a known type (chained
-// parameters, which need other resources at delivery time, included), an
-// interaction other than create, update and delete, a FHIRPath criteria
-// (not supported yet) or a max-attempts outside 1-18.
+// ParseSubscription reads a Subscription. One whose channel is a rest-hook
+// to Bot/<id> is refused with EInvalid (naming the element) when sandbot
+// cannot deliver it: a criteria that is not a search of a known type
+// (chained parameters, which need other resources at delivery time,
+// included), an interaction other than create, update and delete, a
+// FHIRPath criteria (not supported yet) or a max-attempts outside 1-18. Any
+// other channel (an HTTP rest-hook, a websocket) is not delivered yet: it
+// parses with an empty BotID, unchecked.
 func ParseSubscription(r Resource) (*Subscription, error) {
 	sub := &Subscription{ID: r.ID(), Active: r.String("status") == "active", MaxAttempts: DefaultSubscriptionAttempts}
 	channel, _ := r["channel"].(map[string]any)
-	if t, _ := channel["type"].(string); t != "rest-hook" {
-		return nil, Invalid("Subscription.channel.type must be rest-hook (sandbot delivers to bots)", "Subscription.channel.type")
-	}
 	endpoint, _ := channel["endpoint"].(string)
 	typ, id, ok := SplitReference(endpoint)
-	if !ok || typ != "Bot" {
-		return nil, Invalid("Subscription.channel.endpoint must be Bot/<id>: HTTP rest-hooks are not supported yet", "Subscription.channel.endpoint")
+	if t, _ := channel["type"].(string); t != "rest-hook" || !ok || typ != "Bot" {
+		return sub, nil
 	}
 	sub.BotID = id
 	criteria := r.String("criteria")
@@ -97,12 +96,21 @@ func ParseSubscription(r Resource) (*Subscription, error) {
 	return sub, nil
 }
 
-// Matches reports whether a resource version (r) written by interaction is
-// one the subscription delivers.
-func (s *Subscription) Matches(interaction string, r Resource) bool {
-	if !s.Active || !s.Interactions[interaction] || r.Type() != s.ResourceType {
+// Wants reports whether the subscription takes writes of this interaction
+// and type at all (before its criteria are matched).
+func (s *Subscription) Wants(interaction, resourceType string) bool {
+	return s.Active && s.BotID != "" && s.Interactions[interaction] && resourceType == s.ResourceType
+}
+
+// Matches reports whether a resource version (r, with its index values from
+// Extract) written by interaction is one the subscription delivers.
+func (s *Subscription) Matches(interaction string, r Resource, values []IndexValue) bool {
+	if !s.Wants(interaction, r.Type()) {
 		return false
 	}
-	ok, err := MatchInMemory(s.Criteria, r, Extract(r))
+	if len(s.Criteria.Filters) == 0 && len(s.Criteria.Expr) == 0 && len(s.Criteria.AnyOf) == 0 {
+		return true
+	}
+	ok, err := MatchInMemory(s.Criteria, r, values)
 	return err == nil && ok
 }

@@ -40,7 +40,7 @@ func (s *Service) deliver(ctx context.Context, job *jobs.Job) error {
 		return err
 	}
 	parsed, err := fhir.ParseSubscription(sub)
-	if err != nil || !parsed.Active {
+	if err != nil || !parsed.Active || parsed.BotID == "" {
 		s.metrics.deliveries.WithLabelValues("skipped").Inc()
 		return nil
 	}

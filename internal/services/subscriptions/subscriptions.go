@@ -16,6 +16,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -66,6 +67,9 @@ type Service struct {
 	store   *sqlstore.Store
 	log     *slog.Logger
 	metrics *metrics
+
+	mu    sync.Mutex
+	cache map[string]*fhir.Subscription // by id/version
 }
 
 // New builds the service: it becomes the store's write hook and registers
@@ -74,7 +78,7 @@ func New(cfg Config) *Service {
 	if cfg.Log == nil {
 		cfg.Log = slog.New(slog.DiscardHandler)
 	}
-	s := &Service{cfg: cfg, store: cfg.Store, log: cfg.Log, metrics: newMetrics(cfg.Registerer)}
+	s := &Service{cfg: cfg, store: cfg.Store, log: cfg.Log, metrics: newMetrics(cfg.Registerer), cache: map[string]*fhir.Subscription{}}
 	cfg.Jobs.HandleTasks(deliveryKind, deliveryQueue, s.deliver)
 	cfg.Store.SetWriteHook(s.onWrite)
 	return s
@@ -115,13 +119,27 @@ func (s *Service) onWrite(ctx context.Context, tx store.Store, writes []store.Wr
 		if err != nil {
 			return err
 		}
+		if len(subs) == 0 {
+			continue
+		}
 		for _, w := range ws {
-			res, version, err := versionOf(w)
-			if err != nil {
-				return err
-			}
+			var res fhir.Resource
+			var values []fhir.IndexValue
+			var version string
 			for _, sub := range subs {
-				if !sub.Matches(w.Interaction, res) {
+				if !sub.Wants(w.Interaction, w.Record.ResourceType) {
+					continue
+				}
+				if res == nil {
+					// Decoded and indexed once per write, for the
+					// subscriptions that want its type.
+					var err error
+					if res, version, err = versionOf(w); err != nil {
+						return err
+					}
+					values = fhir.Extract(res)
+				}
+				if !sub.Matches(w.Interaction, res, values) {
 					continue
 				}
 				if depth >= MaxDepth {
@@ -159,22 +177,47 @@ func versionOf(w store.Written) (fhir.Resource, string, error) {
 }
 
 // active reads the project's active Subscriptions, in the transaction (so
-// that one created a moment ago on another replica is seen). One that does
-// not parse any more (written before a rule it breaks) is skipped.
+// that one created a moment ago on another replica is seen), decoding each
+// version once (parsed). One that does not parse any more (written before a
+// rule it breaks) is skipped.
 func (s *Service) active(ctx context.Context, tx store.Store, project string) ([]*fhir.Subscription, error) {
-	found, err := store.SearchResources(ctx, tx, store.ProjectScope(project), "Subscription", "status=active&_count=1000")
+	req, err := fhir.ParseSearch("Subscription", "status=active&_count=1000")
 	if err != nil {
 		return nil, err
 	}
-	subs := make([]*fhir.Subscription, 0, len(found))
-	for _, r := range found {
-		sub, err := fhir.ParseSubscription(r)
-		if err != nil {
-			continue
+	res, err := tx.Search(ctx, store.ProjectScope(project), req)
+	if err != nil {
+		return nil, err
+	}
+	subs := make([]*fhir.Subscription, 0, len(res.Records))
+	for i := range res.Records {
+		if sub := s.parsed(&res.Records[i]); sub != nil {
+			subs = append(subs, sub)
 		}
-		subs = append(subs, sub)
 	}
 	return subs, nil
+}
+
+// parsed is a Subscription version decoded, from the cache when it was
+// decoded before (nil when it does not parse).
+func (s *Service) parsed(rec *fhir.Record) *fhir.Subscription {
+	key := rec.ID + "/" + rec.VersionID
+	s.mu.Lock()
+	sub, ok := s.cache[key]
+	s.mu.Unlock()
+	if ok {
+		return sub
+	}
+	if r, err := rec.Resource(); err == nil {
+		sub, _ = fhir.ParseSubscription(r)
+	}
+	s.mu.Lock()
+	if len(s.cache) >= 10_000 {
+		s.cache = map[string]*fhir.Subscription{}
+	}
+	s.cache[key] = sub
+	s.mu.Unlock()
+	return sub
 }
 
 // auditDepth records, in the writing transaction, a delivery not made
