@@ -149,8 +149,13 @@ func valuesOf(p *SearchParam, node any) []IndexValue {
 }
 
 // ReferenceValue is how a reference is indexed and searched: "Type/id" as
-// (Type, id), anything else as ("", reference).
+// (Type, id), a version-specific one ("Type/id/_history/v") as the same (a
+// search for the resource finds references to any of its versions),
+// anything else as ("", reference).
 func ReferenceValue(ref string) IndexValue {
+	if base, version, ok := strings.Cut(ref, "/_history/"); ok && version != "" && !strings.Contains(version, "/") {
+		ref = base
+	}
 	if typ, id, ok := SplitReference(ref); ok && KnownType(typ) {
 		return IndexValue{System: typ, Value: id}
 	}

@@ -15,6 +15,7 @@ import (
 // extension('url'), first(), exists(), empty(), iif(c, a, b), and string,
 // number and boolean literals. An expression outside it does not parse, and
 // its parameter is left out of the table (SearchParamsSkipped lists them).
+// A Subscription's criteria (ParseCriteria) has a little more: see there.
 
 // Limits of the parser: definitions are data, but the parser is fuzzed as
 // if they were hostile.
@@ -57,11 +58,33 @@ func ParsePath(src string) (*PathExpr, error) {
 	if len(src) > maxPathLength {
 		return nil, errors.New("fhirpath: expression too long")
 	}
+	return parsePath(src, false)
+}
+
+// ParseCriteria parses a Subscription's FHIRPath criteria: the search
+// subset and, beside it, the environment variables %current, %previous and
+// %resource, the operators implies, xor, <, >, <= and >=, and count(). The
+// search subset stays as it is, so that no search parameter's meaning
+// changes with them.
+func ParseCriteria(src string) (*PathExpr, error) {
+	return parsePath(src, true)
+}
+
+// criteriaVariables are the environment variables a criteria may name.
+var criteriaVariables = map[string]bool{"current": true, "previous": true, "resource": true}
+
+func parsePath(src string, criteria bool) (*PathExpr, error) {
+	if len(src) > maxPathLength {
+		return nil, errors.New("fhirpath: expression too long")
+	}
 	toks, err := lexPath(src)
 	if err != nil {
 		return nil, err
 	}
-	p := &pathParser{toks: toks}
+	p := &pathParser{toks: toks, criteria: criteria, levels: pathLevels}
+	if criteria {
+		p.levels = criteriaLevels
+	}
 	n, err := p.expr(0)
 	if err != nil {
 		return nil, err
@@ -70,7 +93,7 @@ func ParsePath(src string) (*PathExpr, error) {
 		return nil, fmt.Errorf("fhirpath: unexpected %q", p.toks[p.pos].text)
 	}
 	e := &PathExpr{src: src, root: n}
-	if chains, ok := plainChains(n); ok {
+	if chains, ok := plainChains(n); ok && !criteria {
 		e.chains = chains
 	}
 	return e, nil
@@ -150,6 +173,19 @@ func lexPath(s string) ([]pathToken, error) {
 			}
 			out = append(out, pathToken{'i', s[i:j]})
 			i = j
+		case c == '%' && i+1 < len(s) && (s[i+1] == '_' || s[i+1] >= 'a' && s[i+1] <= 'z' || s[i+1] >= 'A' && s[i+1] <= 'Z'):
+			j := i + 2
+			for j < len(s) && (s[j] == '_' || s[j] >= 'a' && s[j] <= 'z' || s[j] >= 'A' && s[j] <= 'Z' || s[j] >= '0' && s[j] <= '9') {
+				j++
+			}
+			out = append(out, pathToken{'v', s[i+1 : j]})
+			i = j
+		case (c == '<' || c == '>') && i+1 < len(s) && s[i+1] == '=':
+			out = append(out, pathToken{'p', s[i : i+2]})
+			i += 2
+		case c == '<' || c == '>':
+			out = append(out, pathToken{'p', string(c)})
+			i++
 		case c == '!' && i+1 < len(s) && s[i+1] == '=':
 			out = append(out, pathToken{'p', "!="})
 			i += 2
@@ -167,6 +203,9 @@ type pathParser struct {
 	toks  []pathToken
 	pos   int
 	depth int
+	// criteria allows what ParseCriteria adds to the search subset.
+	criteria bool
+	levels   [][]string
 }
 
 func (p *pathParser) peek() pathToken {
@@ -195,13 +234,16 @@ func (p *pathParser) expect(text string) error {
 // Binary operators of the subset, loosest first (FHIRPath precedence).
 var pathLevels = [][]string{{"or"}, {"and"}, {"=", "!="}, {"|"}, {"is", "as"}}
 
+// criteriaLevels are the operators of a Subscription's criteria.
+var criteriaLevels = [][]string{{"implies"}, {"or", "xor"}, {"and"}, {"=", "!="}, {"<", ">", "<=", ">="}, {"|"}, {"is", "as"}}
+
 func (p *pathParser) expr(level int) (*pathNode, error) {
 	p.depth++
 	defer func() { p.depth-- }()
 	if p.depth > maxPathDepth {
 		return nil, errors.New("fhirpath: expression nested too deeply")
 	}
-	if level == len(pathLevels) {
+	if level == len(p.levels) {
 		return p.term()
 	}
 	left, err := p.expr(level + 1)
@@ -211,7 +253,7 @@ func (p *pathParser) expr(level int) (*pathNode, error) {
 	for {
 		t := p.peek()
 		op := ""
-		for _, o := range pathLevels[level] {
+		for _, o := range p.levels[level] {
 			if t.text == o && (t.kind == 'p' || t.kind == 'i') {
 				op = o
 			}
@@ -280,6 +322,12 @@ func (p *pathParser) term() (*pathNode, error) {
 			return nil, err
 		}
 		n = &pathNode{op: "num", name: t.text, num: f}
+	case t.kind == 'v':
+		if !p.criteria || !criteriaVariables[t.text] {
+			return nil, fmt.Errorf("fhirpath: unknown variable %%%s", t.text)
+		}
+		p.pos++
+		n = &pathNode{op: "var", name: t.text}
 	case t.kind == 'i' && (t.text == "true" || t.text == "false"):
 		p.pos++
 		n = &pathNode{op: "bool", name: t.text}
@@ -327,6 +375,10 @@ var pathFunctions = map[string]int{
 	"first": 0, "exists": 0, "empty": 0, "iif": 3, "not": 0,
 }
 
+// criteriaFunctions are the functions a criteria has beyond the search
+// subset's.
+var criteriaFunctions = map[string]int{"count": 0}
+
 // invocation parses an identifier or a function call. The focus of a
 // function call is its first kid, added by the caller; leading marks an
 // invocation that starts a term (its focus is the input).
@@ -343,6 +395,9 @@ func (p *pathParser) invocation(leading bool) (*pathNode, error) {
 		return &pathNode{op: "child", name: t.text}, nil
 	}
 	arity, ok := pathFunctions[t.text]
+	if !ok && p.criteria {
+		arity, ok = criteriaFunctions[t.text]
+	}
 	if !ok {
 		return nil, fmt.Errorf("fhirpath: unsupported function %s()", t.text)
 	}
@@ -401,7 +456,7 @@ func (e *PathExpr) Eval(r Resource) []any {
 		}
 		return out
 	}
-	items := evalPath(e.root, []pathItem{{v: map[string]any(r), typ: r.Type()}}, map[string]any(r))
+	items := evalPath(e.root, []pathItem{{v: map[string]any(r), typ: r.Type()}}, nil)
 	out := make([]any, 0, len(items))
 	for _, it := range items {
 		out = append(out, it.v)
@@ -412,27 +467,33 @@ func (e *PathExpr) Eval(r Resource) []any {
 // typedItems is Eval keeping the choice types (for extraction of Range and
 // Period values, which need no type, this is only used in tests).
 func (e *PathExpr) evalItems(r Resource) []pathItem {
-	return evalPath(e.root, []pathItem{{v: map[string]any(r), typ: r.Type()}}, map[string]any(r))
+	return evalPath(e.root, []pathItem{{v: map[string]any(r), typ: r.Type()}}, nil)
 }
 
 func isResourceTypeName(name string) bool {
 	return name == "Resource" || name == "DomainResource" || KnownType(name)
 }
 
-// evalPath evaluates n on the input collection. root is the resource, for
-// a leading type name.
-func evalPath(n *pathNode, in []pathItem, root map[string]any) []pathItem {
+// pathEnv holds the values of the environment variables (%name) of an
+// expression parsed with them (ParseCriteria); nil for the search subset.
+type pathEnv map[string][]pathItem
+
+// evalPath evaluates n on the input collection, with the environment's
+// variables.
+func evalPath(n *pathNode, in []pathItem, env pathEnv) []pathItem {
 	switch n.op {
 	case "this":
 		return in
 	case "paren":
-		return evalPath(n.kids[0], in, root)
+		return evalPath(n.kids[0], in, env)
 	case "str":
 		return []pathItem{{v: n.name, typ: "string"}}
 	case "num":
 		return []pathItem{{v: json.Number(n.name), typ: "decimal"}}
 	case "bool":
 		return []pathItem{{v: n.name == "true", typ: "boolean"}}
+	case "var":
+		return env[n.name]
 	case "ident":
 		// A leading type name selects the input when it is of that type
 		// (Resource and DomainResource match every resource); any other
@@ -451,21 +512,21 @@ func evalPath(n *pathNode, in []pathItem, root map[string]any) []pathItem {
 		}
 		return children(in, n.name)
 	case "child":
-		return children(evalPath(n.kids[0], in, root), n.name)
+		return children(evalPath(n.kids[0], in, env), n.name)
 	case "index":
-		items := evalPath(n.kids[0], in, root)
+		items := evalPath(n.kids[0], in, env)
 		if n.idx < len(items) {
 			return items[n.idx : n.idx+1]
 		}
 		return nil
 	case "|":
-		return append(evalPath(n.kids[0], in, root), evalPath(n.kids[1], in, root)...)
+		return append(evalPath(n.kids[0], in, env), evalPath(n.kids[1], in, env)...)
 	case "as":
-		return ofType(evalPath(n.kids[0], in, root), n.name)
+		return ofType(evalPath(n.kids[0], in, env), n.name)
 	case "is":
-		return boolItem(len(ofType(evalPath(n.kids[0], in, root), n.name)) > 0)
+		return boolItem(len(ofType(evalPath(n.kids[0], in, env), n.name)) > 0)
 	case "=", "!=":
-		l, r := evalPath(n.kids[0], in, root), evalPath(n.kids[1], in, root)
+		l, r := evalPath(n.kids[0], in, env), evalPath(n.kids[1], in, env)
 		if len(l) == 0 || len(r) == 0 {
 			return nil
 		}
@@ -475,7 +536,7 @@ func evalPath(n *pathNode, in []pathItem, root map[string]any) []pathItem {
 		}
 		return boolItem(eq)
 	case "and":
-		l, r := truth(evalPath(n.kids[0], in, root)), truth(evalPath(n.kids[1], in, root))
+		l, r := truth(evalPath(n.kids[0], in, env)), truth(evalPath(n.kids[1], in, env))
 		switch {
 		case l == 0 || r == 0:
 			return boolItem(false)
@@ -484,7 +545,7 @@ func evalPath(n *pathNode, in []pathItem, root map[string]any) []pathItem {
 		}
 		return nil
 	case "or":
-		l, r := truth(evalPath(n.kids[0], in, root)), truth(evalPath(n.kids[1], in, root))
+		l, r := truth(evalPath(n.kids[0], in, env)), truth(evalPath(n.kids[1], in, env))
 		switch {
 		case l == 1 || r == 1:
 			return boolItem(true)
@@ -492,20 +553,53 @@ func evalPath(n *pathNode, in []pathItem, root map[string]any) []pathItem {
 			return boolItem(false)
 		}
 		return nil
+	case "xor":
+		l, r := truth(evalPath(n.kids[0], in, env)), truth(evalPath(n.kids[1], in, env))
+		if l < 0 || r < 0 {
+			return nil
+		}
+		return boolItem(l != r)
+	case "implies":
+		l := truth(evalPath(n.kids[0], in, env))
+		if l == 0 {
+			return boolItem(true)
+		}
+		r := truth(evalPath(n.kids[1], in, env))
+		switch {
+		case r == 1:
+			return boolItem(true)
+		case l == 1 && r == 0:
+			return boolItem(false)
+		}
+		return nil
+	case "<", ">", "<=", ">=":
+		c, ok := compareItems(evalPath(n.kids[0], in, env), evalPath(n.kids[1], in, env))
+		if !ok {
+			return nil
+		}
+		switch n.op {
+		case "<":
+			return boolItem(c < 0)
+		case ">":
+			return boolItem(c > 0)
+		case "<=":
+			return boolItem(c <= 0)
+		}
+		return boolItem(c >= 0)
 	case "fn":
-		return evalFunction(n, in, root)
+		return evalFunction(n, in, env)
 	}
 	return nil
 }
 
-func evalFunction(n *pathNode, in []pathItem, root map[string]any) []pathItem {
-	focus := evalPath(n.kids[0], in, root)
+func evalFunction(n *pathNode, in []pathItem, env pathEnv) []pathItem {
+	focus := evalPath(n.kids[0], in, env)
 	args := n.kids[1:]
 	switch n.name {
 	case "where":
 		var out []pathItem
 		for _, it := range focus {
-			if truth(evalPath(args[0], []pathItem{it}, root)) == 1 {
+			if truth(evalPath(args[0], []pathItem{it}, env)) == 1 {
 				out = append(out, it)
 			}
 		}
@@ -524,7 +618,7 @@ func evalFunction(n *pathNode, in []pathItem, root map[string]any) []pathItem {
 		}
 		return out
 	case "extension":
-		urls := evalPath(args[0], in, root)
+		urls := evalPath(args[0], in, env)
 		if len(urls) != 1 {
 			return nil
 		}
@@ -543,6 +637,8 @@ func evalFunction(n *pathNode, in []pathItem, root map[string]any) []pathItem {
 		return nil
 	case "exists":
 		return boolItem(len(focus) > 0)
+	case "count":
+		return []pathItem{{v: json.Number(strconv.Itoa(len(focus))), typ: "integer"}}
 	case "empty":
 		return boolItem(len(focus) == 0)
 	case "not":
@@ -555,11 +651,11 @@ func evalFunction(n *pathNode, in []pathItem, root map[string]any) []pathItem {
 		return nil
 	case "iif":
 		// iif's criterion and branches are evaluated on the input.
-		switch truth(evalPath(args[0], in, root)) {
+		switch truth(evalPath(args[0], in, env)) {
 		case 1:
-			return evalPath(args[1], in, root)
+			return evalPath(args[1], in, env)
 		default:
-			return evalPath(args[2], in, root)
+			return evalPath(args[2], in, env)
 		}
 	}
 	return nil
@@ -580,6 +676,52 @@ func truth(items []pathItem) int {
 		return 0
 	}
 	return 1
+}
+
+// compareItems orders two singletons: numbers by value, strings (dates and
+// times among them, whose ISO form orders as they do) by their bytes.
+// Anything else, or a collection of another size, does not compare.
+func compareItems(l, r []pathItem) (int, bool) {
+	if len(l) != 1 || len(r) != 1 {
+		return 0, false
+	}
+	ln, lok := l[0].v.(json.Number)
+	rn, rok := r[0].v.(json.Number)
+	if lok && rok {
+		a, err1 := ln.Float64()
+		b, err2 := rn.Float64()
+		if err1 != nil || err2 != nil {
+			return 0, false
+		}
+		switch {
+		case a < b:
+			return -1, true
+		case a > b:
+			return 1, true
+		}
+		return 0, true
+	}
+	ls, lok := l[0].v.(string)
+	rs, rok := r[0].v.(string)
+	if lok && rok {
+		return strings.Compare(ls, rs), true
+	}
+	return 0, false
+}
+
+// EvalCriteria evaluates a criteria on a resource, with its environment:
+// the resource is the input and %current and %resource, and previous (nil
+// when there is none) is %previous. It is true only when the result is a
+// true boolean or another non-empty singleton (FHIRPath's singleton
+// evaluation).
+func (e *PathExpr) EvalCriteria(current, previous Resource) bool {
+	env := pathEnv{}
+	cur := []pathItem{{v: map[string]any(current), typ: current.Type()}}
+	env["current"], env["resource"] = cur, cur
+	if previous != nil {
+		env["previous"] = []pathItem{{v: map[string]any(previous), typ: previous.Type()}}
+	}
+	return truth(evalPath(e.root, cur, env)) == 1
 }
 
 func equalItems(l, r []pathItem) bool {

@@ -1,50 +1,103 @@
 package fhir
 
 import (
+	"fmt"
+	"net/url"
+	"strconv"
 	"strings"
 )
 
 // The reference's Subscription extensions (its subscription docs).
 const (
-	ExtSubscriptionInteraction = "https://medplum.com/fhir/StructureDefinition/subscription-supported-interaction"
-	ExtSubscriptionFHIRPath    = "https://medplum.com/fhir/StructureDefinition/fhir-path-criteria-expression"
-	ExtSubscriptionMaxAttempts = "https://medplum.com/fhir/StructureDefinition/subscription-max-attempts"
+	ExtSubscriptionInteraction  = "https://medplum.com/fhir/StructureDefinition/subscription-supported-interaction"
+	ExtSubscriptionFHIRPath     = "https://medplum.com/fhir/StructureDefinition/fhir-path-criteria-expression"
+	ExtSubscriptionMaxAttempts  = "https://medplum.com/fhir/StructureDefinition/subscription-max-attempts"
+	ExtSubscriptionSuccessCodes = "https://medplum.com/fhir/StructureDefinition/subscription-success-codes"
+	// The secret of an HTTP hook's X-Signature: the reference's profile
+	// declares the first, its server reads the second and once read the
+	// third; each is accepted.
+	ExtSubscriptionSecret       = "https://medplum.com/fhir/StructureDefinition/subscription-secret"
+	extSubscriptionSecretWWW    = "https://www.medplum.com/fhir/StructureDefinition/subscription-secret"
+	extSubscriptionSecretLegacy = "https://www.medplum.com/fhir/StructureDefinition-subscriptionSecret"
 )
 
 // DefaultSubscriptionAttempts is how many times a delivery is tried when the
 // Subscription does not say (the reference's default for its HTTP hooks).
 const DefaultSubscriptionAttempts = 4
 
-// Subscription is what a Subscription resource asks of the server: run a
-// Bot (Endpoint "Bot/<id>") for the writes of ResourceType that Criteria
-// matches and whose interaction is one of Interactions.
+// Subscription is what a Subscription resource asks of the server: for the
+// writes of ResourceType that Criteria (and FHIRPath, when set) matches and
+// whose interaction is one of Interactions, run a Bot (BotID, from an
+// endpoint "Bot/<id>") or post to an HTTP hook (URL).
 type Subscription struct {
 	ID           string
 	Active       bool
 	ResourceType string
 	Criteria     *SearchRequest
+	// FHIRPath is the fhir-path-criteria-expression, evaluated with
+	// %current and %previous; nil when there is none.
+	FHIRPath     *PathExpr
 	BotID        string
+	URL          string
 	Interactions map[string]bool
 	MaxAttempts  int
+	// An HTTP hook's secret (X-Signature), its channel.header lines, in
+	// order, and the statuses that count as delivered (nil: 200-399).
+	Secret       string
+	Headers      [][2]string
+	SuccessCodes [][2]int
+}
+
+// Delivered reports whether an HTTP hook's answer status counts as a
+// delivery.
+func (s *Subscription) Delivered(status int) bool {
+	if s.SuccessCodes == nil {
+		return status >= 200 && status < 400
+	}
+	for _, r := range s.SuccessCodes {
+		if status >= r[0] && status <= r[1] {
+			return true
+		}
+	}
+	return false
 }
 
 // ParseSubscription reads a Subscription. One whose channel is a rest-hook
-// to Bot/<id> is refused with EInvalid (naming the element) when sandbot
-// cannot deliver it: a criteria that is not a search of a known type
-// (chained parameters, which need other resources at delivery time,
-// included), an interaction other than create, update and delete, a
-// FHIRPath criteria (not supported yet) or a max-attempts outside 1-18. Any
-// other channel (an HTTP rest-hook, a websocket) is not delivered yet: it
-// parses with an empty BotID, unchecked.
+// to Bot/<id> or to an http(s) URL is refused with EInvalid (naming the
+// element) when sandbot cannot deliver it: a criteria that is not a search
+// of a known type (chained parameters, which need other resources at
+// delivery time, included), a FHIRPath criteria outside the subset
+// (ParseCriteria), an interaction other than create, update and delete, a
+// max-attempts outside 1-18, success codes that are not ranges of statuses,
+// or a header line without a name. Any other channel (a websocket, a
+// rest-hook to anything else) is not delivered: it parses with neither
+// BotID nor URL, unchecked.
 func ParseSubscription(r Resource) (*Subscription, error) {
 	sub := &Subscription{ID: r.ID(), Active: r.String("status") == "active", MaxAttempts: DefaultSubscriptionAttempts}
 	channel, _ := r["channel"].(map[string]any)
 	endpoint, _ := channel["endpoint"].(string)
-	typ, id, ok := SplitReference(endpoint)
-	if t, _ := channel["type"].(string); t != "rest-hook" || !ok || typ != "Bot" {
+	if t, _ := channel["type"].(string); t != "rest-hook" {
 		return sub, nil
 	}
-	sub.BotID = id
+	if typ, id, ok := SplitReference(endpoint); ok && typ == "Bot" {
+		sub.BotID = id
+	} else if u, err := url.Parse(endpoint); err == nil && (u.Scheme == "http" || u.Scheme == "https") {
+		if u.Host == "" || u.User != nil {
+			return nil, Invalid("Subscription.channel.endpoint must be an http or https URL with a host and no credentials", "Subscription.channel.endpoint")
+		}
+		sub.URL = endpoint
+		for _, h := range anySlice(channel["header"]) {
+			line, _ := h.(string)
+			name, value, ok := strings.Cut(line, ":")
+			name = strings.TrimSpace(name)
+			if !ok || name == "" || strings.ContainsAny(line, "\r\n\x00") || strings.ContainsAny(name, " \t") {
+				return nil, Invalid(`Subscription.channel.header lines are "Name: value"`, "Subscription.channel.header")
+			}
+			sub.Headers = append(sub.Headers, [2]string{name, strings.TrimSpace(value)})
+		}
+	} else {
+		return sub, nil
+	}
 	criteria := r.String("criteria")
 	sub.ResourceType, _, _ = strings.Cut(criteria, "?")
 	_, query, _ := strings.Cut(criteria, "?")
@@ -61,8 +114,7 @@ func ParseSubscription(r Resource) (*Subscription, error) {
 		}
 	}
 	sub.Criteria = req
-	exts, _ := r["extension"].([]any)
-	for _, x := range exts {
+	for _, x := range anySlice(r["extension"]) {
 		m, _ := x.(map[string]any)
 		switch m["url"] {
 		case ExtSubscriptionInteraction:
@@ -77,7 +129,16 @@ func ParseSubscription(r Resource) (*Subscription, error) {
 			}
 			sub.Interactions[code] = true
 		case ExtSubscriptionFHIRPath:
-			return nil, Invalid("fhir-path-criteria-expression is not supported yet", "Subscription.extension")
+			src, _ := m["valueString"].(string)
+			expr, err := ParseCriteria(src)
+			if err != nil || strings.TrimSpace(src) == "" {
+				msg := "fhir-path-criteria-expression is empty"
+				if err != nil {
+					msg = "fhir-path-criteria-expression: " + err.Error()
+				}
+				return nil, Invalid(msg, "Subscription.extension")
+			}
+			sub.FHIRPath = expr
 		case ExtSubscriptionMaxAttempts:
 			n, ok := m["valueInteger"].(interface{ Int64() (int64, error) })
 			v, err := int64(0), error(nil)
@@ -88,6 +149,15 @@ func ParseSubscription(r Resource) (*Subscription, error) {
 				return nil, Invalid("subscription-max-attempts must be an integer from 1 to 18", "Subscription.extension")
 			}
 			sub.MaxAttempts = int(v)
+		case ExtSubscriptionSuccessCodes:
+			src, _ := m["valueString"].(string)
+			codes, err := parseStatusRanges(src)
+			if err != nil {
+				return nil, Invalid("subscription-success-codes: "+err.Error(), "Subscription.extension")
+			}
+			sub.SuccessCodes = codes
+		case ExtSubscriptionSecret, extSubscriptionSecretWWW, extSubscriptionSecretLegacy:
+			sub.Secret, _ = m["valueString"].(string)
 		}
 	}
 	if sub.Interactions == nil {
@@ -96,21 +166,44 @@ func ParseSubscription(r Resource) (*Subscription, error) {
 	return sub, nil
 }
 
+// parseStatusRanges parses success codes such as "200-399,404".
+func parseStatusRanges(src string) ([][2]int, error) {
+	var out [][2]int
+	for _, part := range strings.Split(src, ",") {
+		lo, hi, isRange := strings.Cut(strings.TrimSpace(part), "-")
+		a, err1 := strconv.Atoi(strings.TrimSpace(lo))
+		b, err2 := a, error(nil)
+		if isRange {
+			b, err2 = strconv.Atoi(strings.TrimSpace(hi))
+		}
+		if err1 != nil || err2 != nil || a < 100 || b > 599 || a > b {
+			return nil, fmt.Errorf("%q is not a status or a range of statuses (such as 200-399,404)", strings.TrimSpace(part))
+		}
+		out = append(out, [2]int{a, b})
+	}
+	return out, nil
+}
+
+func anySlice(v any) []any { s, _ := v.([]any); return s }
+
 // Wants reports whether the subscription takes writes of this interaction
 // and type at all (before its criteria are matched).
 func (s *Subscription) Wants(interaction, resourceType string) bool {
-	return s.Active && s.BotID != "" && s.Interactions[interaction] && resourceType == s.ResourceType
+	return s.Active && (s.BotID != "" || s.URL != "") && s.Interactions[interaction] && resourceType == s.ResourceType
 }
 
 // Matches reports whether a resource version (r, with its index values from
-// Extract) written by interaction is one the subscription delivers.
-func (s *Subscription) Matches(interaction string, r Resource, values []IndexValue) bool {
+// Extract) written by interaction is one the subscription delivers;
+// previous is the version it replaced (nil on create), the FHIRPath
+// criteria's %previous.
+func (s *Subscription) Matches(interaction string, r Resource, values []IndexValue, previous Resource) bool {
 	if !s.Wants(interaction, r.Type()) {
 		return false
 	}
-	if len(s.Criteria.Filters) == 0 && len(s.Criteria.Expr) == 0 && len(s.Criteria.AnyOf) == 0 {
-		return true
+	if len(s.Criteria.Filters) != 0 || len(s.Criteria.Expr) != 0 || len(s.Criteria.AnyOf) != 0 {
+		if ok, err := MatchInMemory(s.Criteria, r, values); err != nil || !ok {
+			return false
+		}
 	}
-	ok, err := MatchInMemory(s.Criteria, r, values)
-	return err == nil && ok
+	return s.FHIRPath == nil || s.FHIRPath.EvalCriteria(r, previous)
 }

@@ -138,6 +138,9 @@ type Limits struct {
 	// work ends at nine tenths of it, so it must exceed the longest bot
 	// timeout (BotMaxTimeout) and a compilation.
 	JobRescueSeconds int64
+	// WebhookSeconds bounds one call of a Subscription's HTTP hook, its
+	// redirects included.
+	WebhookSeconds int64
 
 	// GraphQLDepth, GraphQLSelections and GraphQLReads bound one $graphql
 	// query: how deeply its selections nest (the standard introspection
@@ -209,6 +212,7 @@ func Default() Limits {
 		JobWorkers:       4,
 		JobQueue:         1000,
 		JobRescueSeconds: 1020,
+		WebhookSeconds:   10,
 
 		AuthRequestsPerMinute: 160, // the reference's strict auth limit
 		AuthBodyBytes:         64 << 10,
@@ -268,6 +272,7 @@ func (l Limits) WithDefaults() Limits {
 	set(&l.JobWorkers, d.JobWorkers)
 	set(&l.JobQueue, d.JobQueue)
 	set(&l.JobRescueSeconds, d.JobRescueSeconds)
+	set(&l.WebhookSeconds, d.WebhookSeconds)
 	set(&l.AuthRequestsPerMinute, d.AuthRequestsPerMinute)
 	set(&l.AuthBodyBytes, d.AuthBodyBytes)
 	return l
@@ -356,6 +361,8 @@ func Settings() []Setting {
 			Min: 1, Max: 1 << 20, Field: func(l *Limits) *int64 { return &l.JobQueue }},
 		{Env: "SANDBOT_JOB_RESCUE_SECONDS", Flag: "job-rescue-seconds", Usage: "how long after it started a job whose process died is run again (a job's work ends at nine tenths of it)",
 			Min: 2, Max: 86400, Field: func(l *Limits) *int64 { return &l.JobRescueSeconds }},
+		{Env: "SANDBOT_WEBHOOK_SECONDS", Flag: "webhook-seconds", Usage: "how long one call of a Subscription's HTTP hook may take, redirects included",
+			Min: 1, Max: 600, Field: func(l *Limits) *int64 { return &l.WebhookSeconds }},
 		{Env: "SANDBOT_AUTH_RATE_LIMIT", Flag: "auth-rate-limit", Usage: "requests per minute per client IP on /auth and /oauth2 (0: no limit)",
 			Min: 0, Max: 1 << 30, ZeroIsOff: true, Field: func(l *Limits) *int64 { return &l.AuthRequestsPerMinute }},
 	}

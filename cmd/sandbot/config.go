@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"net"
+	"net/netip"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -14,6 +15,7 @@ import (
 
 	"github.com/sandbot/sandbot/fhir"
 	"github.com/sandbot/sandbot/internal/handlers/httpx"
+	"github.com/sandbot/sandbot/internal/webhook"
 	"github.com/sandbot/sandbot/limits"
 )
 
@@ -45,6 +47,10 @@ type config struct {
 	// into Proxies.
 	TrustedProxies string
 	Proxies        httpx.TrustedProxies
+	// WebhookAllow is the raw SANDBOT_WEBHOOK_ALLOW; validate parses it
+	// into webhookAllow.
+	WebhookAllow string
+	webhookAllow []netip.Prefix
 	// Limits are set through the rows of limits.Settings; fields without a
 	// row keep their defaults.
 	Limits limits.Limits
@@ -84,6 +90,7 @@ func configFlags(fs *flag.FlagSet, cfg *config) {
 	dur(&cfg.ShutdownTimeout, "shutdown-timeout", "SANDBOT_SHUTDOWN_TIMEOUT", 30*time.Second, "how long in-flight requests may take to finish on shutdown")
 	dur(&cfg.ShutdownDrain, "shutdown-drain", "SANDBOT_SHUTDOWN_DRAIN", 5*time.Second, "on SIGTERM, how long /readyz answers 503 while the API still accepts connections, before it stops accepting (a Kubernetes preStop)")
 	str(&cfg.TrustedProxies, "trusted-proxies", "SANDBOT_TRUSTED_PROXIES", "", "comma-separated CIDRs of the load balancers whose X-Forwarded-For / Forwarded give the client address")
+	str(&cfg.WebhookAllow, "webhook-allow", "SANDBOT_WEBHOOK_ALLOW", "", "comma-separated CIDRs that Subscriptions' HTTP hooks may call although they are not public addresses (loopback, private, link-local are refused otherwise)")
 	limitFlags(fs, &cfg.Limits)
 }
 
@@ -202,6 +209,11 @@ func (c *config) validate() error {
 		bad("SANDBOT_TRUSTED_PROXIES: %v", err)
 	} else {
 		c.Proxies = p
+	}
+	if a, err := webhook.ParseAllow(c.WebhookAllow); err != nil {
+		bad("SANDBOT_WEBHOOK_ALLOW: %v", err)
+	} else {
+		c.webhookAllow = a
 	}
 	errs = append(errs, validateLimits(&c.Limits)...)
 	return errors.Join(errs...)

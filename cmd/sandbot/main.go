@@ -212,6 +212,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		AppBaseURL:        cfg.AppBaseURL,
 		CORSOrigins:       cfg.corsOrigins,
 		TrustedProxies:    cfg.Proxies,
+		WebhookAllow:      cfg.webhookAllow,
 		Runtime:           rt,
 	}, st, reg, log)
 	if err != nil {

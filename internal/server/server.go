@@ -8,6 +8,7 @@ import (
 	"context"
 	"log/slog"
 	"net/http"
+	"net/netip"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -29,6 +30,7 @@ import (
 	"github.com/sandbot/sandbot/internal/services/fhirservice"
 	"github.com/sandbot/sandbot/internal/services/jobs"
 	"github.com/sandbot/sandbot/internal/services/subscriptions"
+	"github.com/sandbot/sandbot/internal/webhook"
 	"github.com/sandbot/sandbot/limits"
 	"github.com/sandbot/sandbot/runtime"
 	"github.com/sandbot/sandbot/store"
@@ -64,6 +66,9 @@ type Config struct {
 	// TrustedProxies are the load balancers whose forwarded-for headers give
 	// the client address (SANDBOT_TRUSTED_PROXIES); empty trusts none.
 	TrustedProxies httpx.TrustedProxies
+	// WebhookAllow are the ranges that Subscriptions' HTTP hooks may call
+	// although they are not public (SANDBOT_WEBHOOK_ALLOW).
+	WebhookAllow []netip.Prefix
 }
 
 // Server is the assembled server.
@@ -130,7 +135,8 @@ func New(ctx context.Context, cfg Config, st store.Store, reg *prometheus.Regist
 			// Subscriptions run bots from the store's write hook, through
 			// the job engine.
 			s.Subscriptions = subscriptions.New(subscriptions.Config{Store: st.(*sqlstore.Store), FHIR: s.Service, Bots: s.Bots,
-				Jobs: s.Jobs, Log: log, Registerer: reg})
+				Jobs: s.Jobs, Log: log, Registerer: reg,
+				Webhooks: webhook.New(webhook.Config{Allow: cfg.WebhookAllow, Timeout: time.Duration(cfg.Limits.WebhookSeconds) * time.Second})})
 		}
 	}
 	// The GraphQL schema is generated from the embedded definitions once per

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"log/slog"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -43,6 +44,7 @@ type auditEntry struct {
 	requester  string
 	input      string // the input's reference when it is a resource with an id
 	entities   []string
+	attempt    int
 	outcome    string
 	desc       string
 	start, end time.Time
@@ -66,7 +68,11 @@ func (e *auditEntry) event() fhir.Resource {
 	if e.botName != "" {
 		bot["display"] = e.botName
 	}
-	entity := []any{map[string]any{"what": bot, "role": entityRole(e.bot)}}
+	botEntity := map[string]any{"what": bot, "role": entityRole(e.bot)}
+	if e.attempt > 0 {
+		botEntity["detail"] = []any{map[string]any{"type": "attempt", "valueString": strconv.Itoa(e.attempt)}}
+	}
+	entity := []any{botEntity}
 	if e.input != "" {
 		entity = append(entity, map[string]any{"what": map[string]any{"reference": e.input}, "role": entityRole(e.input)})
 	}
@@ -242,7 +248,7 @@ func (s *Service) audit(p *principal.Principal, t *target, c call, start time.Ti
 	}
 	end := time.Now().UTC()
 	e := auditEntry{project: t.rec.Project, bot: "Bot/" + t.rec.ID, botName: t.bot.String("name"), requester: p.Profile,
-		input: inputReference(c.input), entities: c.entities, outcome: outcome, desc: desc, start: start.UTC(), end: end}
+		input: inputReference(c.input), entities: c.entities, attempt: c.attempt, outcome: outcome, desc: desc, start: start.UTC(), end: end}
 	if toLog {
 		s.log.Info("bot execution", "audit_event", "execute", "project", e.project, "bot", e.bot, "requester", e.requester,
 			"trigger", string(c.trigger), "outcome", e.outcome, "start", e.start.Format(fhir.TimeFormat), "end", e.end.Format(fhir.TimeFormat))

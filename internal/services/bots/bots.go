@@ -64,6 +64,10 @@ type Execute struct {
 	// Entities are more references the AuditEvent names (the Subscription
 	// that triggered the execution).
 	Entities []string
+	// Attempt is the attempt of a trigger that tries again (a
+	// Subscription's delivery), from 1; its AuditEvent records it. 0 for
+	// one that does not.
+	Attempt int
 	// Async accepts the execution as a job (Prefer: respond-async) that
 	// RequestURL, the URL of the request, names in its AsyncJob.
 	Async      bool

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"strconv"
 	"time"
 
@@ -13,6 +14,7 @@ import (
 	"github.com/sandbot/sandbot/internal/principal"
 	"github.com/sandbot/sandbot/internal/services/bots"
 	"github.com/sandbot/sandbot/internal/services/jobs"
+	"github.com/sandbot/sandbot/internal/webhook"
 	"github.com/sandbot/sandbot/store"
 )
 
@@ -40,7 +42,7 @@ func (s *Service) deliver(ctx context.Context, job *jobs.Job) error {
 		return err
 	}
 	parsed, err := fhir.ParseSubscription(sub)
-	if err != nil || !parsed.Active || parsed.BotID == "" {
+	if err != nil || !parsed.Active || parsed.BotID == "" && (parsed.URL == "" || s.cfg.Webhooks == nil) {
 		s.metrics.deliveries.WithLabelValues("skipped").Inc()
 		return nil
 	}
@@ -58,13 +60,16 @@ func (s *Service) deliver(ctx context.Context, job *jobs.Job) error {
 		s.metrics.deliveries.WithLabelValues("not_readable").Inc()
 		return nil
 	}
+	if d.Depth == 1 {
+		s.metrics.lag.Observe(time.Since(d.Written).Seconds())
+	}
+	if parsed.URL != "" {
+		return s.post(ctx, job, d, parsed, vrec.JSON)
+	}
 	input, contentType := vrec.JSON, "application/fhir+json"
 	if d.Interaction == "delete" {
 		input, _ = json.Marshal(map[string]json.RawMessage{"deletedResource": vrec.JSON})
 		contentType = "application/json"
-	}
-	if d.Depth == 1 {
-		s.metrics.lag.Observe(time.Since(d.Written).Seconds())
 	}
 	headers := map[string]string{
 		"content-type":           contentType,
@@ -75,7 +80,7 @@ func (s *Service) deliver(ctx context.Context, job *jobs.Job) error {
 		headers["x-medplum-deleted-resource"] = d.Type + "/" + d.ID
 	}
 	res, err := s.cfg.Bots.Execute(withDepth(ctx, d.Depth), bots.Execute{BotID: parsed.BotID, Caller: author, Input: input,
-		ContentType: contentType, Headers: headers, Trigger: bots.TriggerSubscription,
+		ContentType: contentType, Headers: headers, Trigger: bots.TriggerSubscription, Attempt: job.Attempt,
 		Entities: []string{"Subscription/" + d.Subscription, d.Type + "/" + d.ID + "/_history/" + d.Version}})
 	switch {
 	case err == nil && res.Thrown:
@@ -104,6 +109,79 @@ func (s *Service) deliver(ctx context.Context, job *jobs.Job) error {
 	default:
 		// The author may not run the Bot any more, or it is gone.
 		return s.failed(ctx, job, d, err, true)
+	}
+}
+
+// post delivers to an HTTP hook: the resource version as the reference
+// sends it (an empty object for a delete, which a header names), signed
+// when the Subscription has a secret. An answer outside the success codes
+// is a failure, tried again; an address the server may not call is final.
+// Each attempt leaves an AuditEvent.
+func (s *Service) post(ctx context.Context, job *jobs.Job, d delivery, sub *fhir.Subscription, resource []byte) error {
+	body := resource
+	headers := []webhook.Header{
+		{Name: "Content-Type", Value: "application/fhir+json"},
+		{Name: "X-Medplum-Subscription", Value: d.Subscription},
+		{Name: "X-Medplum-Interaction", Value: d.Interaction},
+	}
+	if d.Interaction == "delete" {
+		body = []byte("{}")
+		headers = append(headers, webhook.Header{Name: "X-Medplum-Deleted-Resource", Value: d.Type + "/" + d.ID})
+	}
+	if sub.Secret != "" {
+		headers = append(headers, webhook.Header{Name: "X-Signature", Value: webhook.Sign(sub.Secret, body)})
+	}
+	for _, h := range sub.Headers {
+		headers = append(headers, webhook.Header{Name: h[0], Value: h[1]})
+	}
+	start := time.Now()
+	status, err := s.cfg.Webhooks.Post(ctx, sub.URL, body, headers)
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
+	var desc string
+	ok := err == nil && sub.Delivered(status)
+	switch {
+	case errors.Is(err, webhook.ErrRefusedAddress):
+		desc = "not sent: the endpoint's address is not a public one (the operator may allow it: SANDBOT_WEBHOOK_ALLOW)"
+	case err != nil:
+		desc = "not delivered: " + err.Error()
+	default:
+		desc = "POST answered " + strconv.Itoa(status)
+	}
+	s.auditAttempt(ctx, job, d, ok, desc, start)
+	if ok {
+		s.metrics.deliveries.WithLabelValues("delivered").Inc()
+		return nil
+	}
+	return s.failed(ctx, job, d, errors.New(desc), errors.Is(err, webhook.ErrRefusedAddress))
+}
+
+// auditAttempt records one attempt of an HTTP hook's delivery (a bot's
+// attempts are the bots service's AuditEvents).
+func (s *Service) auditAttempt(ctx context.Context, job *jobs.Job, d delivery, ok bool, desc string, start time.Time) {
+	outcome := "0"
+	if !ok {
+		outcome = "4"
+	}
+	end := time.Now().UTC()
+	ev := fhir.Resource{
+		"resourceType": "AuditEvent",
+		"type":         map[string]any{"system": "https://medplum.com/CodeSystem/audit-event", "code": "transmit"},
+		"recorded":     end.Format(fhir.TimeFormat),
+		"period":       map[string]any{"start": start.UTC().Format(fhir.TimeFormat), "end": end.Format(fhir.TimeFormat)},
+		"agent":        []any{map[string]any{"who": map[string]any{"reference": "Subscription/" + d.Subscription}, "requestor": true}},
+		"source":       map[string]any{"observer": map[string]any{"reference": "Subscription/" + d.Subscription}},
+		"entity": []any{
+			map[string]any{"what": map[string]any{"reference": "Subscription/" + d.Subscription}, "role": map[string]any{"code": "9", "display": "Subscriber"},
+				"detail": []any{map[string]any{"type": "attempt", "valueString": strconv.Itoa(job.Attempt)}}},
+			map[string]any{"what": map[string]any{"reference": d.Type + "/" + d.ID + "/_history/" + d.Version}, "role": map[string]any{"code": "4", "display": "Domain"}},
+		},
+		"outcome":     outcome,
+		"outcomeDesc": fmt.Sprintf("Attempt %d of %d: %s", job.Attempt, job.MaxAttempts, desc),
+	}
+	if _, err := s.store.Create(ctx, ev, store.Write{Project: job.Project, Author: fhir.Reference{Reference: "system"}}); err != nil {
+		s.log.Warn("the AuditEvent of a delivery was not written", "subscription", d.Subscription, "err", err)
 	}
 }
 

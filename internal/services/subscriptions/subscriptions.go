@@ -26,6 +26,7 @@ import (
 	"github.com/sandbot/sandbot/internal/services/bots"
 	"github.com/sandbot/sandbot/internal/services/fhirservice"
 	"github.com/sandbot/sandbot/internal/services/jobs"
+	"github.com/sandbot/sandbot/internal/webhook"
 	"github.com/sandbot/sandbot/store"
 	"github.com/sandbot/sandbot/store/sqlstore"
 )
@@ -56,7 +57,9 @@ type Config struct {
 	FHIR  *fhirservice.Service
 	Bots  *bots.Service
 	Jobs  *jobs.Engine
-	Log   *slog.Logger
+	// Webhooks posts to the HTTP hooks; nil delivers to bots only.
+	Webhooks *webhook.Client
+	Log      *slog.Logger
 	// Registerer receives the delivery metrics; nil registers none.
 	Registerer prometheus.Registerer
 }
@@ -123,9 +126,10 @@ func (s *Service) onWrite(ctx context.Context, tx store.Store, writes []store.Wr
 			continue
 		}
 		for _, w := range ws {
-			var res fhir.Resource
+			var res, previous fhir.Resource
 			var values []fhir.IndexValue
 			var version string
+			previousRead := false
 			for _, sub := range subs {
 				if !sub.Wants(w.Interaction, w.Record.ResourceType) {
 					continue
@@ -139,7 +143,13 @@ func (s *Service) onWrite(ctx context.Context, tx store.Store, writes []store.Wr
 					}
 					values = fhir.Extract(res)
 				}
-				if !sub.Matches(w.Interaction, res, values) {
+				if sub.FHIRPath != nil && !previousRead && w.Interaction == "update" && len(w.Previous) > 0 {
+					// %previous, decoded only for a FHIRPath criteria. One
+					// that does not decode is no %previous.
+					previous, _ = fhir.ParseResource(w.Previous)
+					previousRead = true
+				}
+				if !sub.Matches(w.Interaction, res, values, previous) {
 					continue
 				}
 				if depth >= MaxDepth {
