@@ -269,3 +269,45 @@ func TestSubscriptionFHIRPathCriteria(t *testing.T) {
 		}
 	})
 }
+
+// TestSubscriptionDeliversInVersionOrder: deliveries of one Subscription for
+// one resource run in version order: when the first version's delivery
+// fails and waits to be tried again, the next version waits for it.
+func TestSubscriptionDeliversInVersionOrder(t *testing.T) {
+	servertest.ForEachBackend(t, func(t *testing.T, s *servertest.Server) {
+		c := s.NewProject(t, "order")
+		failedOnce := false
+		var mu sync.Mutex
+		hook := newHookServer(t, func(body string) int {
+			mu.Lock()
+			defer mu.Unlock()
+			if strings.Contains(body, `"first"`) && !failedOnce {
+				failedOnce = true
+				return 503
+			}
+			return 200
+		})
+		if r := c.Do("POST", "fhir/R4/Subscription", hookSubscription(hook.URL, "Patient"), "application/fhir+json"); r.Status != 201 {
+			t.Fatalf("subscription: %d %s", r.Status, r.Body)
+		}
+		p := c.Create(map[string]any{"resourceType": "Patient", "name": []any{map[string]any{"family": "first"}}})
+		for _, family := range []string{"second", "third"} {
+			p["name"] = []any{map[string]any{"family": family}}
+			if r := c.Do("PUT", "fhir/R4/Patient/"+p["id"].(string), p, "application/fhir+json"); r.Status != 200 {
+				t.Fatalf("update: %d %s", r.Status, r.Body)
+			}
+		}
+		calls := hook.wait(4)
+		var order []string
+		for _, call := range calls {
+			for _, f := range []string{"first", "second", "third"} {
+				if strings.Contains(call.body, `"`+f+`"`) {
+					order = append(order, f)
+				}
+			}
+		}
+		if strings.Join(order, " ") != "first first second third" {
+			t.Errorf("deliveries in the order %q, want first (failed), first, second, third", order)
+		}
+	}, allowLoopback)
+}

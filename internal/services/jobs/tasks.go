@@ -25,7 +25,16 @@ type Task struct {
 	Payload []byte
 	// MaxAttempts is how many times it may be run (0: the engine's).
 	MaxAttempts int
+	// Order, when set, makes the tasks of a queue that share it run one at
+	// a time in the order they were enqueued: a task waits while one
+	// enqueued before it is still to run, running or waiting to be tried
+	// again (one that gave up no longer holds the others back).
+	Order string
 }
+
+// orderWait is how long a task whose predecessor is not done waits before
+// it looks again.
+const orderWait = 20 * time.Millisecond
 
 // TaskFunc runs a task. nil: done. A *RetryError: run it again after its
 // delay, uncounted (no capacity). An error wrapped by Permanent: give up
@@ -69,7 +78,11 @@ func (e *Engine) Enqueue(ctx context.Context, tx store.Store, t Task) error {
 	if err != nil {
 		return err
 	}
-	meta, _ := json.Marshal(map[string]string{"project": t.Project})
+	m := map[string]string{"project": t.Project}
+	if t.Order != "" {
+		m["order"] = t.Order
+	}
+	meta, _ := json.Marshal(m)
 	opts := &river.InsertOpts{Queue: reg.queue, Priority: priorityFor(n, e.cfg.Workers), Metadata: meta}
 	if t.MaxAttempts > 0 {
 		opts.MaxAttempts = t.MaxAttempts
@@ -91,6 +104,18 @@ type taskWorker struct {
 
 func (w *taskWorker) Work(ctx context.Context, rj *river.Job[args]) error {
 	e := w.engine
+	var meta struct {
+		Order string `json:"order"`
+	}
+	if json.Unmarshal(rj.Metadata, &meta) == nil && meta.Order != "" {
+		waiting, err := e.predecessorPending(ctx, w.queue, meta.Order, rj.ID)
+		if err != nil {
+			return err
+		}
+		if waiting {
+			return river.JobSnooze(orderWait)
+		}
+	}
 	if rj.Attempt == 1 {
 		e.metrics.startLatency.WithLabelValues(w.queue).Observe(time.Since(rj.CreatedAt).Seconds())
 	}
@@ -117,6 +142,22 @@ func (w *taskWorker) Work(ctx context.Context, rj *river.Job[args]) error {
 	}
 	e.metrics.ended.WithLabelValues(w.queue, "failed").Inc()
 	return err
+}
+
+// predecessorPending reports whether a task of queue with the same order
+// key, enqueued before the task id, is still to be done.
+func (e *Engine) predecessorPending(ctx context.Context, queue, order string, id int64) (bool, error) {
+	var q string
+	if e.store.Dialect() == sqlstore.Postgres {
+		q = `SELECT EXISTS (SELECT 1 FROM river_job WHERE metadata @> jsonb_build_object('order', $1::text) AND queue = $2
+			AND id < $3 AND state IN ('available', 'pending', 'retryable', 'running', 'scheduled'))`
+	} else {
+		q = `SELECT EXISTS (SELECT 1 FROM river_job WHERE queue = ?2 AND id < ?3
+			AND state IN ('available', 'pending', 'retryable', 'running', 'scheduled') AND json_extract(metadata, '$.order') = ?1)`
+	}
+	var pending bool
+	err := e.store.DB().QueryRowContext(ctx, q, order, queue, id).Scan(&pending)
+	return pending, err
 }
 
 // NextRetry doubles the wait after each failed attempt, from a second, up

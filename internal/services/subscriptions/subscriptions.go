@@ -4,7 +4,8 @@
 // the writing transaction (the store's write hook), which enqueues the
 // delivery as a task of the job engine: a write that rolls back delivers
 // nothing, and one that commits is delivered even if its process dies right
-// after. The delivery runs the bot through the bots service as the
+// after. Deliveries of one Subscription for one resource run in the order
+// of its versions. The delivery runs the bot through the bots service as the
 // Subscription's author, who must still be able to run the Bot and to read
 // the resource version; failures are tried again with backoff, and a
 // Subscription whose deliveries keep failing is set to error. It knows
@@ -162,7 +163,7 @@ func (s *Service) onWrite(ctx context.Context, tx store.Store, writes []store.Wr
 				payload, _ := json.Marshal(delivery{Subscription: sub.ID, Interaction: w.Interaction, Type: w.Record.ResourceType,
 					ID: w.Record.ID, Version: version, Written: time.Now(), Depth: depth + 1})
 				if err := s.cfg.Jobs.Enqueue(ctx, tx, jobs.Task{Kind: deliveryKind, Project: project, Payload: payload,
-					MaxAttempts: sub.MaxAttempts}); err != nil {
+					MaxAttempts: sub.MaxAttempts, Order: sub.ID + " " + w.Record.ResourceType + "/" + w.Record.ID}); err != nil {
 					return err
 				}
 				s.metrics.deliveries.WithLabelValues("enqueued").Inc()
