@@ -115,5 +115,8 @@ func (s *Store) Migrate(ctx context.Context) error {
 	if err := s.migrateRiver(ctx); err != nil {
 		return err
 	}
+	if err := s.indexRiver(ctx); err != nil {
+		return err
+	}
 	return s.reindexAll(ctx, s.db)
 }

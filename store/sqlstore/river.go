@@ -86,6 +86,27 @@ func (s *Store) migrateRiver(ctx context.Context) error {
 	return nil
 }
 
+// indexRiver adds, on SQLite, the indexes that the job engine's lookups by
+// metadata need (a project's backlog, a task's predecessors of the same
+// order key): without them each lookup scans every waiting job, and a queue
+// of thousands costs every submission as much. PostgreSQL answers them with
+// River's GIN index on metadata. Created after River's migrations, which
+// make the table; idempotent.
+func (s *Store) indexRiver(ctx context.Context) error {
+	if s.dialect != SQLite {
+		return nil
+	}
+	for _, q := range []string{
+		`CREATE INDEX IF NOT EXISTS sandbot_river_job_order ON river_job (json_extract(metadata, '$.order'), id)`,
+		`CREATE INDEX IF NOT EXISTS sandbot_river_job_project ON river_job (json_extract(metadata, '$.project'), queue, state)`,
+	} {
+		if _, err := s.db.ExecContext(ctx, q); err != nil {
+			return fmt.Errorf("river indexes: %w", err)
+		}
+	}
+	return nil
+}
+
 // TxOf is the database transaction of a store made by InTx, for River's
 // transactional calls (InsertTx, JobCompleteTx, JobCancelTx): false when st
 // is not a transaction of a Store.

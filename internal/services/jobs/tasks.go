@@ -50,11 +50,19 @@ func (e *permanentError) Unwrap() error { return e.err }
 // Permanent marks a task's error as one that trying again would not cure.
 func Permanent(err error) error { return &permanentError{err} }
 
+// taskWorkersPerWorker is how many tasks of a queue one process runs at
+// once per job worker (SANDBOT_JOB_WORKERS). A task (a delivery) spends
+// most of its time waiting on the database and on River's turns; the CPU
+// its bot takes is shared out by the runtime's admission, whoever asks. With
+// as many task workers as job workers, deliveries ran at a quarter of the
+// rate of the writes that caused them (bench/subscriptions).
+const taskWorkersPerWorker = 4
+
 // HandleTasks registers the function that runs the tasks of a kind, in
 // queue. Call it before Start.
 func (e *Engine) HandleTasks(kind, queue string, fn TaskFunc) {
 	e.handlers[kind] = registered{queue: queue}
-	e.queues[queue] = river.QueueConfig{MaxWorkers: e.cfg.Workers}
+	e.queues[queue] = river.QueueConfig{MaxWorkers: taskWorkersPerWorker * e.cfg.Workers}
 	river.AddWorkerArgs(e.workers, args{K: kind}, &taskWorker{engine: e, fn: fn, queue: queue})
 }
 
@@ -74,7 +82,7 @@ func (e *Engine) Enqueue(ctx context.Context, tx store.Store, t Task) error {
 	if !ok {
 		return errors.New("jobs: Enqueue outside a transaction of the store")
 	}
-	n, err := e.backlog(ctx, sqlTx, reg.queue, t.Project)
+	n, err := e.backlog(ctx, sqlTx, reg.queue, t.Project, priorityLimit(e.cfg.Workers))
 	if err != nil {
 		return err
 	}
@@ -152,8 +160,10 @@ func (e *Engine) predecessorPending(ctx context.Context, queue, order string, id
 		q = `SELECT EXISTS (SELECT 1 FROM river_job WHERE metadata @> jsonb_build_object('order', $1::text) AND queue = $2
 			AND id < $3 AND state IN ('available', 'pending', 'retryable', 'running', 'scheduled'))`
 	} else {
-		q = `SELECT EXISTS (SELECT 1 FROM river_job WHERE queue = ?2 AND id < ?3
-			AND state IN ('available', 'pending', 'retryable', 'running', 'scheduled') AND json_extract(metadata, '$.order') = ?1)`
+		// json_extract(metadata, '$.order') is indexed (sqlstore's
+		// indexRiver).
+		q = `SELECT EXISTS (SELECT 1 FROM river_job WHERE json_extract(metadata, '$.order') = ?1 AND id < ?3 AND queue = ?2
+			AND state IN ('available', 'pending', 'retryable', 'running', 'scheduled'))`
 	}
 	var pending bool
 	err := e.store.DB().QueryRowContext(ctx, q, order, queue, id).Scan(&pending)
