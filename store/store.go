@@ -155,6 +155,11 @@ type Written struct {
 	Record Record
 	// Previous is the JSON of the version replaced (nil on create).
 	Previous []byte
+	// Resource and Values are the version written, decoded, and its search
+	// index values, as the store indexed them; nil on delete. A hook that
+	// matches writes against searches needs not decode and extract again.
+	Resource fhir.Resource
+	Values   []fhir.IndexValue
 }
 
 // ChangeTypes are the resource types whose updates and deletions every

@@ -69,10 +69,10 @@ func (s *Store) Create(ctx context.Context, res fhir.Resource, w store.Write) (*
 				return err
 			}
 		}
-		rec, err := tx.write(ctx, res, id, w.Project, w.Author, true)
+		rec, values, err := tx.write(ctx, res, id, w.Project, w.Author, true)
 		out = rec
 		if err == nil {
-			tx.wrote("create", rec, nil)
+			tx.wrote(store.Written{Interaction: "create", Record: *rec, Resource: res, Values: values})
 		}
 		return err
 	})
@@ -80,46 +80,46 @@ func (s *Store) Create(ctx context.Context, res fhir.Resource, w store.Write) (*
 }
 
 // wrote records a write of the transaction for the write hook.
-func (s *Store) wrote(interaction string, rec *store.Record, previous []byte) {
+func (s *Store) wrote(w store.Written) {
 	if s.written != nil {
-		*s.written = append(*s.written, store.Written{Interaction: interaction, Record: *rec, Previous: previous})
+		*s.written = append(*s.written, w)
 	}
 }
 
 // write stores a new version of res (which it modifies: id and meta) and
-// rebuilds its index rows.
-func (s *Store) write(ctx context.Context, res fhir.Resource, id, project string, author fhir.Reference, isNew bool) (*store.Record, error) {
+// rebuilds its index rows, whose values it answers.
+func (s *Store) write(ctx context.Context, res fhir.Resource, id, project string, author fhir.Reference, isNew bool) (*store.Record, []fhir.IndexValue, error) {
 	now := s.now().UTC().Truncate(time.Microsecond)
 	res["id"] = id
 	meta := fhir.Meta{VersionID: newID(), LastUpdated: now, Project: project, Author: author}
 	res.SetMeta(meta)
 	body, err := res.Marshal()
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	r := row{ID: id, ResourceType: res.Type(), ProjectID: project, VersionID: meta.VersionID, LastUpdated: now.UnixMicro(), Content: string(body)}
 	if isNew {
 		_, err = s.q.ExecContext(ctx, s.rebind(`INSERT INTO resources (`+rowColumns+`) VALUES (?, ?, ?, ?, ?, ?, ?)`),
 			r.ID, r.ResourceType, r.ProjectID, r.VersionID, r.LastUpdated, false, r.Content)
 		if isUniqueViolation(err) {
-			return nil, fhir.Errorf(fhir.EConflict, "Resource %s/%s already exists", r.ResourceType, r.ID)
+			return nil, nil, fhir.Errorf(fhir.EConflict, "Resource %s/%s already exists", r.ResourceType, r.ID)
 		}
 	} else {
 		if err = s.archiveCurrent(ctx, res.Type(), id, project); err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		_, err = s.q.ExecContext(ctx, s.rebind(`UPDATE resources SET version_id = ?, last_updated = ?, deleted = ?, content = ? WHERE id = ?`),
 			r.VersionID, r.LastUpdated, false, r.Content, r.ID)
 	}
 	if err != nil {
-		return nil, fmt.Errorf("write %s/%s: %w", r.ResourceType, r.ID, err)
+		return nil, nil, fmt.Errorf("write %s/%s: %w", r.ResourceType, r.ID, err)
 	}
-	if err := s.reindex(ctx, res, id, project, r.LastUpdated, isNew); err != nil {
-		return nil, err
+	values, err := s.reindex(ctx, res, id, project, r.LastUpdated, isNew)
+	if err != nil {
+		return nil, nil, err
 	}
-
 	rec := r.record()
-	return &rec, nil
+	return &rec, values, nil
 }
 
 // archiveCurrent copies the current version of a resource into history
@@ -157,28 +157,28 @@ func (s *Store) clearIndex(ctx context.Context, id string) error {
 // A new resource has no rows yet (its id was just inserted), so nothing is cleared.
 // The counts (counts.go) change with it: a new resource is one more live
 // one; the values of its Counted parameters move from the old to the new.
-func (s *Store) reindex(ctx context.Context, res fhir.Resource, id, project string, lastUpdated int64, isNew bool) error {
+func (s *Store) reindex(ctx context.Context, res fhir.Resource, id, project string, lastUpdated int64, isNew bool) ([]fhir.IndexValue, error) {
 	d := s.counts // always set: writes run in a transaction
 	if isNew {
 		d.addLive(res.Type(), project, 1)
 	} else {
 		old, err := s.countedValues(ctx, res.Type(), id)
 		if err != nil {
-			return err
+			return nil, err
 		}
 		for _, k := range old {
 			d.addValue(k, -1)
 		}
 		if err := s.clearIndex(ctx, id); err != nil {
-			return err
+			return nil, err
 		}
 	}
 	var idx indexRows
-	idx.add(res, id, project, lastUpdated)
+	values := idx.add(res, id, project, lastUpdated)
 	for _, k := range idx.counted {
 		d.addValue(k, 1)
 	}
-	return idx.insert(ctx, s)
+	return values, idx.insert(ctx, s)
 }
 
 // indexRows accumulates the search index rows of one or more resources, so
@@ -190,10 +190,11 @@ type indexRows struct {
 	counted []countKey
 }
 
-func (x *indexRows) add(res fhir.Resource, id, project string, lastUpdated int64) {
+func (x *indexRows) add(res fhir.Resource, id, project string, lastUpdated int64) []fhir.IndexValue {
 	typ := res.Type()
 	counted := fhir.HasCountedParams(typ)
-	for _, v := range fhir.Extract(res) {
+	values := fhir.Extract(res)
+	for _, v := range values {
 		switch v.Kind {
 		case fhir.TokenIndex:
 			x.tokens = append(x.tokens, id, typ, project, v.Code, v.System, v.Value, lastUpdated)
@@ -210,6 +211,7 @@ func (x *indexRows) add(res fhir.Resource, id, project string, lastUpdated int64
 			x.nums = append(x.nums, id, typ, project, v.Code, v.Num, v.NumHi, v.System, v.Value, lastUpdated)
 		}
 	}
+	return values
 }
 
 func (x *indexRows) insert(ctx context.Context, s *Store) error {
@@ -286,7 +288,10 @@ func (s *Store) CreateMany(ctx context.Context, list []fhir.Resource, w store.Wr
 				return err
 			}
 			rows = append(rows, id, res.Type(), w.Project, meta.VersionID, now.UnixMicro(), false, string(body))
-			idx.add(res, id, w.Project, now.UnixMicro())
+			values := idx.add(res, id, w.Project, now.UnixMicro())
+			r := row{ID: id, ResourceType: res.Type(), ProjectID: w.Project, VersionID: meta.VersionID, LastUpdated: now.UnixMicro(), Content: string(body)}
+			rec := r.record()
+			tx.wrote(store.Written{Interaction: "create", Record: rec, Resource: res, Values: values})
 		}
 		if err := tx.insertRows(ctx, "resources", rowColumns, 7, rows); err != nil {
 			return err
@@ -454,9 +459,10 @@ func (s *Store) Update(ctx context.Context, scope store.Scope, resourceType, id 
 				return err
 			}
 		}
-		out, err = tx.write(ctx, next, id, r.ProjectID, w.Author, false)
+		var values []fhir.IndexValue
+		out, values, err = tx.write(ctx, next, id, r.ProjectID, w.Author, false)
 		if err == nil {
-			tx.wrote("update", out, []byte(r.Content))
+			tx.wrote(store.Written{Interaction: "update", Record: *out, Previous: []byte(r.Content), Resource: next, Values: values})
 		}
 		return err
 	})
@@ -486,8 +492,8 @@ func (s *Store) Delete(ctx context.Context, scope store.Scope, resourceType, id 
 			version, now.UnixMicro(), true, "", id); err != nil {
 			return err
 		}
-		tx.wrote("delete", &store.Record{ResourceType: resourceType, ID: id, VersionID: version, LastUpdated: time.UnixMicro(now.UnixMicro()).UTC(),
-			Project: r.ProjectID, Deleted: true}, []byte(r.Content))
+		tx.wrote(store.Written{Interaction: "delete", Record: store.Record{ResourceType: resourceType, ID: id, VersionID: version,
+			LastUpdated: time.UnixMicro(now.UnixMicro()).UTC(), Project: r.ProjectID, Deleted: true}, Previous: []byte(r.Content)})
 		tx.counts.addLive(resourceType, r.ProjectID, -1)
 		old, err := tx.countedValues(ctx, resourceType, id)
 		if err != nil {

@@ -136,13 +136,17 @@ func (s *Service) onWrite(ctx context.Context, tx store.Store, writes []store.Wr
 					continue
 				}
 				if res == nil {
-					// Decoded and indexed once per write, for the
+					// As the store decoded and indexed it; or, for a
+					// delete, decoded and indexed once per write, for the
 					// subscriptions that want its type.
-					var err error
-					if res, version, err = versionOf(w); err != nil {
-						return err
+					res, values, version = w.Resource, w.Values, w.Record.VersionID
+					if res == nil {
+						var err error
+						if res, version, err = versionOf(w); err != nil {
+							return err
+						}
+						values = fhir.Extract(res)
 					}
-					values = fhir.Extract(res)
 				}
 				if sub.FHIRPath != nil && !previousRead && w.Interaction == "update" && len(w.Previous) > 0 {
 					// %previous, decoded only for a FHIRPath criteria. One
@@ -192,7 +196,7 @@ func versionOf(w store.Written) (fhir.Resource, string, error) {
 // version once (parsed). One that does not parse any more (written before a
 // rule it breaks) is skipped.
 func (s *Service) active(ctx context.Context, tx store.Store, project string) ([]*fhir.Subscription, error) {
-	req, err := fhir.ParseSearch("Subscription", "status=active&_count=1000")
+	req, err := activeSearch()
 	if err != nil {
 		return nil, err
 	}
@@ -208,6 +212,12 @@ func (s *Service) active(ctx context.Context, tx store.Store, project string) ([
 	}
 	return subs, nil
 }
+
+// activeSearch is the search of a project's active Subscriptions, parsed
+// once (every write makes it).
+var activeSearch = sync.OnceValues(func() (*fhir.SearchRequest, error) {
+	return fhir.ParseSearch("Subscription", "status=active&_count=1000")
+})
 
 // parsed is a Subscription version decoded, from the cache when it was
 // decoded before (nil when it does not parse).
