@@ -1,6 +1,7 @@
 package fhirapi_test
 
 import (
+	"context"
 	"crypto/hmac"
 	"crypto/sha256"
 	"encoding/hex"
@@ -13,8 +14,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sandbot/sandbot/fhir"
 	"github.com/sandbot/sandbot/internal/server"
 	"github.com/sandbot/sandbot/internal/servertest"
+	"github.com/sandbot/sandbot/store"
 )
 
 // hookCall is one request an HTTP hook received.
@@ -310,4 +313,70 @@ func TestSubscriptionDeliversInVersionOrder(t *testing.T) {
 			t.Errorf("deliveries in the order %q, want first (failed), first, second, third", order)
 		}
 	}, allowLoopback)
+}
+
+// TestSubscriptionBotRunsAsItself: a delivery runs the bot as its own
+// membership even when Bot.runAsUser is true (docs/decisions.md 32, 33):
+// what it writes is authored by the Bot, never by the Subscription's author
+// or the resource's.
+func TestSubscriptionBotRunsAsItself(t *testing.T) {
+	servertest.ForEachBackend(t, func(t *testing.T, s *servertest.Server) {
+		c := s.NewProject(t, "run as")
+		bot := deployJS(t, c, "recorder", recorderBot, map[string]any{"runAsUser": true})
+		if r := c.Do("POST", "fhir/R4/Subscription", subscription(bot, "Patient"), "application/fhir+json"); r.Status != 201 {
+			t.Fatalf("subscription: %d %s", r.Status, r.Body)
+		}
+		c.Create(map[string]any{"resourceType": "Patient"})
+		recorded(t, c, 1)
+		found := c.Do("GET", "fhir/R4/Basic?_count=1", nil, "").JSON()
+		if author := servertest.Field(found["entry"].([]any)[0], "resource", "meta", "author", "reference"); author != "Bot/"+bot {
+			t.Errorf("the bot's write is authored by %v, want Bot/%s", author, bot)
+		}
+	})
+}
+
+// TestSubscriptionNeedsTheRightToRunTheBot: a member whose access policy
+// does not let them read (so run) the Bot cannot wire it: 403, as
+// $execute would answer them.
+func TestSubscriptionNeedsTheRightToRunTheBot(t *testing.T) {
+	servertest.ForEachBackend(t, func(t *testing.T, s *servertest.Server) {
+		c := s.NewProject(t, "no bots")
+		bot := deployJS(t, c, "recorder", recorderBot, nil)
+		m := memberWithPolicy(t, s, c, "Patient", "Subscription")
+		r := m.Do("POST", "fhir/R4/Subscription", subscription(bot, "Patient"), "application/fhir+json")
+		if r.Status != 403 {
+			t.Fatalf("a member who may not run the bot wired it: %d %s", r.Status, r.Body)
+		}
+		// The same member may subscribe an HTTP hook (no bot to run).
+		if r := m.Do("POST", "fhir/R4/Subscription", hookSubscription("https://hooks.example.com/x", "Patient"), "application/fhir+json"); r.Status != 201 {
+			t.Fatalf("an HTTP hook: %d %s", r.Status, r.Body)
+		}
+	})
+}
+
+// memberWithPolicy adds a member to c's project whose access policy allows
+// only the types given.
+func memberWithPolicy(t *testing.T, s *servertest.Server, c *servertest.Client, types ...string) *servertest.Client {
+	t.Helper()
+	var resources []any
+	for _, typ := range types {
+		resources = append(resources, map[string]any{"resourceType": typ})
+	}
+	pol := c.Do("POST", "fhir/R4/AccessPolicy", map[string]any{"resourceType": "AccessPolicy", "name": "only", "resource": resources}, "application/fhir+json")
+	if pol.Status != 201 {
+		t.Fatalf("policy: %d %s", pol.Status, pol.Body)
+	}
+	m := s.NewMember(t, c.ProjectID, "limited member", false)
+	found, err := store.SearchResources(context.Background(), s.Store, store.AllProjects, "ProjectMembership", "profile="+m.Profile)
+	if err != nil || len(found) != 1 {
+		t.Fatalf("membership: %v %v", found, err)
+	}
+	if _, err := s.Store.Update(context.Background(), store.AllProjects, "ProjectMembership", found[0].ID(), store.Write{},
+		func(r fhir.Resource) (fhir.Resource, error) {
+			r["accessPolicy"] = map[string]any{"reference": "AccessPolicy/" + pol.JSON()["id"].(string)}
+			return r, nil
+		}); err != nil {
+		t.Fatal(err)
+	}
+	return m
 }

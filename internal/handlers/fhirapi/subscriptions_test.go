@@ -225,6 +225,19 @@ func TestSubscriptionRetries(t *testing.T) {
 		if n := count(refuser); n != 1 {
 			t.Errorf("the bot that answered 422 ran %d times, want 1", n)
 		}
+		// Each attempt's AuditEvent says which attempt it was.
+		events := c.Do("GET", "fhir/R4/AuditEvent?entity=Bot/"+thrower+"&_count=10&_sort=_lastUpdated", nil, "").JSON()
+		var attempts []string
+		for _, e := range events["entry"].([]any) {
+			for _, en := range servertest.Field(e, "resource", "entity").([]any) {
+				if d, ok := servertest.Field(en, "detail").([]any); ok {
+					attempts = append(attempts, servertest.Field(d[0], "valueString").(string))
+				}
+			}
+		}
+		if strings.Join(attempts, ",") != "1,2,3" {
+			t.Errorf("attempts recorded %q, want 1,2,3", attempts)
+		}
 	})
 }
 
