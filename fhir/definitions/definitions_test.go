@@ -147,7 +147,7 @@ func TestExpand(t *testing.T) {
 	if codes, total := expand(t, s, "http://hl7.org/fhir/ValueSet/resource-types", "patient", 0, 10); total == 0 || !contains(codes, "Patient") {
 		t.Errorf("resource-types filtered = %v", codes)
 	}
-	if _, err := s.Expand("http://example.com/none", "", "", 0, 10); !fhir.IsCode(err, fhir.ENotFound) {
+	if _, err := s.Expand("http://example.com/none", "", "", 0, 10); !fhir.IsCode(err, fhir.EInvalid) {
 		t.Errorf("unknown ValueSet: %v", err)
 	}
 }

@@ -92,8 +92,13 @@ func (s *Set) Expand(url, id, filter string, offset, count int) (fhir.Resource, 
 	} else {
 		vs, ok = s.ByURL("ValueSet", url)
 	}
-	if !ok {
-		return nil, fhir.Errorf(fhir.ENotFound, "ValueSet not found: %s", url+id)
+	switch {
+	case !ok && id != "":
+		return nil, fhir.Errorf(fhir.ENotFound, "ValueSet not found: %s", id)
+	case !ok:
+		// An unknown url is a bad parameter, as the reference answers it
+		// (400), not a missing resource.
+		return nil, fhir.Invalid("ValueSet not found: "+url, "url")
 	}
 	res, err := decode(vs.JSON)
 	if err != nil {

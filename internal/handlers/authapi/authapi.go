@@ -54,6 +54,13 @@ func (h *Handler) Register(r *mux.Router) {
 	r.HandleFunc("/.well-known/jwks.json", func(w http.ResponseWriter, r *http.Request) {
 		httpx.WriteJSON(w, http.StatusOK, "application/json", h.auth.Tokens().JWKS())
 	}).Methods(http.MethodGet)
+	// SMART discovery, at the root and at the FHIR base (clients look for
+	// it beside the FHIR endpoint they were given).
+	smart := func(w http.ResponseWriter, r *http.Request) {
+		httpx.WriteJSON(w, http.StatusOK, "application/json", auth.SMARTConfiguration(h.auth.Tokens().Issuer()+"/"))
+	}
+	r.HandleFunc("/.well-known/smart-configuration", smart).Methods(http.MethodGet)
+	r.HandleFunc("/fhir/R4/.well-known/smart-configuration", smart).Methods(http.MethodGet)
 	r.HandleFunc("/auth/login", h.login).Methods(http.MethodPost)
 	r.HandleFunc("/auth/profile", h.loginStep("profile", h.auth.ChooseProfile)).Methods(http.MethodPost)
 	r.HandleFunc("/auth/setpassword", h.setPassword).Methods(http.MethodPost)

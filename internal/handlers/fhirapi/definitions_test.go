@@ -40,7 +40,8 @@ func TestDefinitionsReadOnly(t *testing.T) {
 	wantOutcome(t, "unknown id", c.Do("GET", "fhir/R4/StructureDefinition/Nope", nil, ""), 404, "not-found", "")
 	wantOutcome(t, "other version", c.Do("GET", "fhir/R4/StructureDefinition/Patient/_history/1", nil, ""), 404, "not-found", "")
 	wantOutcome(t, "expand without url", c.Do("GET", "fhir/R4/ValueSet/$expand", nil, ""), 400, "invalid", "Missing url")
-	wantOutcome(t, "expand unknown", c.Do("GET", "fhir/R4/ValueSet/$expand?url=urn:none", nil, ""), 404, "not-found", "")
+	wantOutcome(t, "expand unknown", c.Do("GET", "fhir/R4/ValueSet/$expand?url=urn:none", nil, ""), 400, "invalid", "ValueSet not found: urn:none")
+	wantOutcome(t, "expand unknown id", c.Do("GET", "fhir/R4/ValueSet/nope/$expand", nil, ""), 404, "not-found", "")
 	wantOutcome(t, "expand bad count", c.Do("GET", "fhir/R4/ValueSet/$expand?url=urn:none&count=-1", nil, ""), 400, "invalid", "Invalid count: -1")
 	wantOutcome(t, "bad search", c.Do("GET", "fhir/R4/ValueSet?nope=1", nil, ""), 400, "invalid", "Unknown search parameter: nope")
 	body := map[string]any{"resourceType": "ValueSet", "status": "draft", "url": "urn:mine"}

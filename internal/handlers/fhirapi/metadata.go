@@ -1,6 +1,7 @@
 package fhirapi
 
 import (
+	"maps"
 	"net/http"
 	"sort"
 	"sync"
@@ -57,7 +58,6 @@ func capabilityStatement() map[string]any {
 			"patchFormat":  []any{"application/json-patch+json"},
 			"rest": []any{map[string]any{
 				"mode":     "server",
-				"security": map[string]any{"service": []any{map[string]any{"coding": []any{map[string]any{"system": "http://terminology.hl7.org/CodeSystem/restful-security-service", "code": "OAuth"}}}}},
 				"resource": resources,
 				"operation": []any{
 					map[string]any{"name": "execute", "definition": "Bot/$execute"},
@@ -81,5 +81,29 @@ func fhirTypes() []string {
 }
 
 func (h *Handler) metadata(w http.ResponseWriter, r *http.Request) {
-	httpx.WriteJSON(w, http.StatusOK, httpx.FHIRJSON, capabilityStatement())
+	// The statement is built once; its security block names this server's
+	// URLs.
+	cs := maps.Clone(capabilityStatement())
+	rest := maps.Clone(cs["rest"].([]any)[0].(map[string]any))
+	rest["security"] = securityOf(h.cfg.BaseURL)
+	cs["rest"] = []any{rest}
+	httpx.WriteJSON(w, http.StatusOK, httpx.FHIRJSON, cs)
+}
+
+// securityOf is the CapabilityStatement's security block: OAuth bearer
+// tokens, SMART on FHIR, and where its token endpoint is (the SMART
+// oauth-uris extension).
+func securityOf(base string) map[string]any {
+	return map[string]any{
+		"cors": true,
+		"service": []any{map[string]any{"coding": []any{
+			map[string]any{"system": "http://terminology.hl7.org/CodeSystem/restful-security-service", "code": "OAuth"},
+			map[string]any{"system": "http://terminology.hl7.org/CodeSystem/restful-security-service", "code": "SMART-on-FHIR"},
+		}}},
+		"extension": []any{map[string]any{
+			"url":       "http://fhir-registry.smarthealthit.org/StructureDefinition/oauth-uris",
+			"extension": []any{map[string]any{"url": "token", "valueUri": base + "oauth2/token"}},
+		}},
+		"description": "OAuth 2.0 bearer tokens from " + base + "oauth2/token (client credentials, authorization code with PKCE, refresh token); SMART discovery at " + base + ".well-known/smart-configuration",
+	}
 }

@@ -112,6 +112,10 @@ func (t *Tokens) Sign(c Claims) (string, error) {
 	return tok.SignedString(t.key)
 }
 
+// Issuer is the issuer of the tokens: the server's public base URL without
+// its trailing slash.
+func (t *Tokens) Issuer() string { return t.issuer }
+
 // Verify checks signature, algorithm, issuer and expiry.
 func (t *Tokens) Verify(token string) (*Claims, error) {
 	var c Claims
