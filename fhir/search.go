@@ -39,6 +39,71 @@ type SearchRequest struct {
 	// filter of at least one group (an access policy's criteria, one group
 	// per policy entry). Empty means no restriction. Never set from a query.
 	AnyOf [][]Filter
+	// Includes are the _include and _revinclude of the search, in order.
+	Includes []Include
+}
+
+// Include is one _include (the resources that the matches' reference
+// parameter Param points to) or _revinclude (Rev: the resources of Source
+// whose Param points to a match), of Target type only when set; Iterate
+// applies it to the resources included too.
+type Include struct {
+	Rev     bool
+	Iterate bool
+	Source  string
+	Param   *SearchParam
+	Target  string
+}
+
+// MaxIncludes bounds the _include and _revinclude parameters of a search.
+const MaxIncludes = 10
+
+// String is the include as a query gives it: its name and value.
+func (inc Include) String() (string, string) {
+	name := "_include"
+	if inc.Rev {
+		name = "_revinclude"
+	}
+	if inc.Iterate {
+		name += ":iterate"
+	}
+	value := inc.Source + ":" + inc.Param.Code
+	if inc.Target != "" {
+		value += ":" + inc.Target
+	}
+	return name, value
+}
+
+// parseInclude parses an _include or _revinclude (name with its modifier).
+func parseInclude(name, value string) (Include, error) {
+	base, modifier, _ := strings.Cut(name, ":")
+	inc := Include{Rev: base == "_revinclude"}
+	switch modifier {
+	case "":
+	case "iterate", "recurse":
+		inc.Iterate = true
+	default:
+		return inc, Invalid("Unknown modifier of "+base+": "+modifier, base)
+	}
+	if value == "*" || strings.HasSuffix(value, ":*") {
+		return inc, Invalid(base+"=* is not supported: name the type and its reference parameter (Type:param)", base)
+	}
+	parts := strings.Split(value, ":")
+	if len(parts) < 2 || len(parts) > 3 || !KnownType(parts[0]) {
+		return inc, Invalid("Invalid "+base+": "+value+" (Type:param or Type:param:TargetType)", base)
+	}
+	inc.Source = parts[0]
+	inc.Param = LookupParam(parts[0], parts[1])
+	if inc.Param == nil || inc.Param.Type != ReferenceParam {
+		return inc, Invalid("Invalid "+base+": "+parts[1]+" is not a reference parameter of "+parts[0], base)
+	}
+	if len(parts) == 3 {
+		if !KnownType(parts[2]) {
+			return inc, Invalid("Invalid "+base+" target type: "+parts[2], base)
+		}
+		inc.Target = parts[2]
+	}
+	return inc, nil
 }
 
 // Filter is one parameter of a search.
@@ -133,6 +198,20 @@ func (req *SearchRequest) filterCount() int {
 }
 
 func (req *SearchRequest) add(name, value string) error {
+	if strings.HasPrefix(name, "_include") || strings.HasPrefix(name, "_revinclude") {
+		if b, _, _ := strings.Cut(name, ":"); b != "_include" && b != "_revinclude" {
+			return Invalid("Unknown search parameter: "+name, name)
+		}
+		inc, err := parseInclude(name, value)
+		if err != nil {
+			return err
+		}
+		if len(req.Includes) >= MaxIncludes {
+			return Invalid("Too many _include and _revinclude parameters (max "+strconv.Itoa(MaxIncludes)+")", name)
+		}
+		req.Includes = append(req.Includes, inc)
+		return nil
+	}
 	switch name {
 	case "_count":
 		n, err := strconv.Atoi(value)
@@ -432,6 +511,10 @@ func (req *SearchRequest) Query(offset int) string {
 	}
 	for _, s := range req.FilterText {
 		parts = append(parts, "_filter="+url.QueryEscape(s))
+	}
+	for _, inc := range req.Includes {
+		name, value := inc.String()
+		parts = append(parts, url.QueryEscape(name)+"="+url.QueryEscape(value))
 	}
 	if len(req.Sort) > 0 {
 		keys := make([]string, len(req.Sort))

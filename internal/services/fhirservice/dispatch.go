@@ -344,6 +344,11 @@ func (s *Service) doSearch(ctx context.Context, p *principal.Principal, typ, raw
 			Resource: json.RawMessage(rec.JSON),
 		})
 	}
+	inc, truncated, err := s.includes(ctx, p, req, res.Records)
+	if err != nil {
+		return nil, err
+	}
+	b.Entry = append(b.Entry, s.includeEntries(inc, truncated)...)
 	b.Link = SearchLinks(s.base, req, len(res.Records), res.More)
 	return jsonResponse(200, b)
 }
