@@ -3,6 +3,7 @@ package fhir
 import (
 	"math"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -41,6 +42,51 @@ type SearchRequest struct {
 	AnyOf [][]Filter
 	// Includes are the _include and _revinclude of the search, in order.
 	Includes []Include
+	// Has are the search's reverse chains (_has), each resolved by the
+	// searcher into an _id filter before the search runs.
+	Has []Has
+}
+
+// Has is one _has: the resources of the searched type that a resource of
+// Type references through its parameter Param, where that resource matches
+// Search (_has:Observation:subject:code=x is Type Observation, Param
+// subject, Search code=x, itself possibly a _has).
+type Has struct {
+	Type   string
+	Param  *SearchParam
+	Search *SearchRequest
+	// Name and Value are the parameter as given, for links.
+	Name, Value string
+}
+
+// MaxHasDepth bounds the nesting of _has.
+const MaxHasDepth = 3
+
+func parseHas(resourceType, name, value string) (Has, error) {
+	if strings.Count(name, "_has:") > MaxHasDepth {
+		return Has{}, Invalid("_has nests too deeply (max "+strconv.Itoa(MaxHasDepth)+")", "_has")
+	}
+	parts := strings.SplitN(name, ":", 4)
+	if len(parts) != 4 || parts[0] != "_has" || !KnownType(parts[1]) || parts[3] == "" {
+		return Has{}, Invalid("Invalid _has: "+name+" (_has:Type:referenceParam:searchParam=value)", "_has")
+	}
+	h := Has{Type: parts[1], Name: name, Value: value}
+	h.Param = LookupParam(parts[1], parts[2])
+	if h.Param == nil || h.Param.Type != ReferenceParam {
+		return Has{}, Invalid("Invalid _has: "+parts[2]+" is not a reference parameter of "+parts[1], "_has")
+	}
+	if len(h.Param.Target) > 0 && !slices.Contains(h.Param.Target, resourceType) && !slices.Contains(h.Param.Target, "Resource") {
+		return Has{}, Invalid("Invalid _has: "+parts[1]+"."+parts[2]+" does not refer to "+resourceType, "_has")
+	}
+	inner := &SearchRequest{ResourceType: h.Type, Count: DefaultCount}
+	if err := inner.add(parts[3], value); err != nil {
+		return Has{}, err
+	}
+	if len(inner.Includes) > 0 || len(inner.Sort) > 0 {
+		return Has{}, Invalid("Invalid _has: "+name, "_has")
+	}
+	h.Search = inner
+	return h, nil
 }
 
 // Include is one _include (the resources that the matches' reference
@@ -198,6 +244,14 @@ func (req *SearchRequest) filterCount() int {
 }
 
 func (req *SearchRequest) add(name, value string) error {
+	if strings.HasPrefix(name, "_has:") {
+		h, err := parseHas(req.ResourceType, name, value)
+		if err != nil {
+			return err
+		}
+		req.Has = append(req.Has, h)
+		return nil
+	}
 	if strings.HasPrefix(name, "_include") || strings.HasPrefix(name, "_revinclude") {
 		if b, _, _ := strings.Cut(name, ":"); b != "_include" && b != "_revinclude" {
 			return Invalid("Unknown search parameter: "+name, name)
@@ -511,6 +565,9 @@ func (req *SearchRequest) Query(offset int) string {
 	}
 	for _, s := range req.FilterText {
 		parts = append(parts, "_filter="+url.QueryEscape(s))
+	}
+	for _, h := range req.Has {
+		parts = append(parts, url.QueryEscape(h.Name)+"="+url.QueryEscape(h.Value))
 	}
 	for _, inc := range req.Includes {
 		name, value := inc.String()

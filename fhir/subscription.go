@@ -113,6 +113,9 @@ func ParseSubscription(r Resource) (*Subscription, error) {
 			return nil, Invalid("Subscription.criteria may not chain parameters", "Subscription.criteria")
 		}
 	}
+	if len(req.Has) > 0 {
+		return nil, Invalid("Subscription.criteria may not use _has", "Subscription.criteria")
+	}
 	sub.Criteria = req
 	for _, x := range anySlice(r["extension"]) {
 		m, _ := x.(map[string]any)

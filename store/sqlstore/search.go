@@ -64,6 +64,11 @@ func (s *Store) Search(ctx context.Context, scope store.Scope, req *fhir.SearchR
 }
 
 func (s *Store) search(ctx context.Context, scope store.Scope, req *fhir.SearchRequest) (*store.SearchResult, error) {
+	if len(req.Has) > 0 {
+		// A reverse chain is resolved by the FHIR service, as its caller
+		// (fhirservice.Search): the store would otherwise ignore it.
+		return nil, fhir.Invalid("_has is answered by the FHIR service, not the store", "_has")
+	}
 	projects := scopeClause(scope)
 	if projects != nil && len(projects) == 0 {
 		return &store.SearchResult{}, nil

@@ -92,3 +92,50 @@ func TestSearchInclude(t *testing.T) {
 		}
 	})
 }
+
+// TestSearchHas: _has finds the resources that matching resources of
+// another type refer to, nested, as the caller may see them.
+func TestSearchHas(t *testing.T) {
+	servertest.ForEachBackend(t, func(t *testing.T, s *servertest.Server) {
+		c := s.NewProject(t, "has")
+		var pats []string
+		for i := range 3 {
+			pats = append(pats, c.Create(map[string]any{"resourceType": "Patient", "gender": "female", "name": []any{map[string]any{"family": fmt.Sprint("p", i)}}})["id"].(string))
+		}
+		obs := func(pat, code string) string {
+			return c.Create(map[string]any{"resourceType": "Observation", "status": "final",
+				"code":    map[string]any{"coding": []any{map[string]any{"system": "http://loinc.org", "code": code}}},
+				"subject": map[string]any{"reference": "Patient/" + pat}})["id"].(string)
+		}
+		o0 := obs(pats[0], "8302-2")
+		obs(pats[1], "8302-2")
+		obs(pats[2], "29463-7")
+		c.Create(map[string]any{"resourceType": "DiagnosticReport", "status": "final", "code": map[string]any{"text": "r"},
+			"result": []any{map[string]any{"reference": "Observation/" + o0}}})
+		want := func(name, query string, expect ...string) {
+			t.Helper()
+			r := c.Do("GET", "fhir/R4/"+query, nil, "")
+			if r.Status != 200 {
+				t.Fatalf("%s: %d %s", name, r.Status, r.Body)
+			}
+			sort.Strings(expect)
+			if got := entriesByMode(r.JSON()); strings.Join(got, "|") != strings.Join(expect, "|") {
+				t.Errorf("%s: %q, want %q", name, got, expect)
+			}
+		}
+		want("has", "Patient?_has:Observation:subject:code=8302-2", "match Patient/"+pats[0], "match Patient/"+pats[1])
+		want("has with another filter", "Patient?name=p1&_has:Observation:subject:code=8302-2", "match Patient/"+pats[1])
+		want("has that matches nothing", "Patient?_has:Observation:subject:code=0000-0")
+		want("nested", "Patient?_has:Observation:subject:_has:DiagnosticReport:result:status=final", "match Patient/"+pats[0])
+		for _, bad := range []string{"_has:Observation:code:x=1", "_has:Nothing:subject:code=1", "_has:Observation:subject:nope=1", "_has:Observation=1"} {
+			if r := c.Do("GET", "fhir/R4/Patient?"+bad, nil, ""); r.Status != 400 {
+				t.Errorf("%s: %d %s", bad, r.Status, r.Body)
+			}
+		}
+		// A member who may not read Observations finds nothing through them.
+		m := memberWithPolicy(t, s, c, "Patient")
+		if got := entriesByMode(m.Do("GET", "fhir/R4/Patient?_has:Observation:subject:code=8302-2", nil, "").JSON()); len(got) != 0 {
+			t.Errorf("a member without Observations found %q", got)
+		}
+	})
+}

@@ -3,6 +3,8 @@ package fhirservice
 import (
 	"context"
 	"errors"
+	"fmt"
+	"slices"
 	"strings"
 
 	jsonpatch "github.com/evanphx/json-patch/v5"
@@ -182,7 +184,19 @@ func (s *Service) Search(ctx context.Context, p *principal.Principal, req *fhir.
 	if req.AnyOf, err = policyFilters(p, typ, false); err != nil {
 		return nil, err
 	}
-	res, err := s.st.Search(ctx, p.Scope(), req)
+	sreq, none, err := s.resolveHas(ctx, p, req)
+	if err != nil {
+		return nil, err
+	}
+	if none {
+		res := &store.SearchResult{}
+		if req.Total == "accurate" || req.Total == "estimate" {
+			zero := 0
+			res.Total = &zero
+		}
+		return res, nil
+	}
+	res, err := s.st.Search(ctx, p.Scope(), sreq)
 	if err != nil {
 		return nil, err
 	}
@@ -201,6 +215,60 @@ func (s *Service) Search(ctx context.Context, p *principal.Principal, req *fhir.
 		}
 	}
 	return res, nil
+}
+
+// MaxHasMatches bounds the resources one _has may find: its matches become
+// an _id filter of the search.
+const MaxHasMatches = fhir.MaxCount
+
+// resolveHas answers the search to hand the store: req with each _has
+// turned into an _id filter of the resources it finds, each reverse chain
+// searched as p (so that it finds only what p may read). none says that a
+// _has found nothing, so the search finds nothing.
+func (s *Service) resolveHas(ctx context.Context, p *principal.Principal, req *fhir.SearchRequest) (*fhir.SearchRequest, bool, error) {
+	if len(req.Has) == 0 {
+		return req, false, nil
+	}
+	out := *req
+	out.Has = nil
+	out.Filters = slices.Clone(req.Filters)
+	for _, h := range req.Has {
+		inner := *h.Search
+		inner.Count, inner.Offset, inner.Total = MaxHasMatches, 0, ""
+		res, err := s.Search(ctx, p, &inner)
+		if fhir.IsCode(err, fhir.EForbidden) {
+			return nil, true, nil
+		}
+		if err != nil {
+			return nil, false, err
+		}
+		if res.More {
+			return nil, false, fhir.Invalid(fmt.Sprintf("_has: more than %d %s resources match %s; narrow it", MaxHasMatches, h.Type, h.Value), "_has")
+		}
+		var ids []string
+		seen := map[string]bool{}
+		for i := range res.Records {
+			r, err := res.Records[i].Resource()
+			if err != nil {
+				return nil, false, err
+			}
+			for _, v := range fhir.ExtractParam(r, h.Param) {
+				if v.System == req.ResourceType && fhir.ValidID(v.Value) && !seen[v.Value] {
+					seen[v.Value] = true
+					ids = append(ids, v.Value)
+				}
+			}
+		}
+		if len(ids) == 0 {
+			return nil, true, nil
+		}
+		byID, err := fhir.ParseSearch(req.ResourceType, "_id="+strings.Join(ids, ","))
+		if err != nil {
+			return nil, false, err
+		}
+		out.Filters = append(out.Filters, byID.Filters...)
+	}
+	return &out, false, nil
 }
 
 // checkSearchHidden refuses a search parameter that reads a field hidden
