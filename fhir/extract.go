@@ -202,6 +202,24 @@ func stringValues(node any) []IndexValue {
 	return nil
 }
 
+// TextSystem is the system of the token index rows that hold a coded
+// element's text (a CodeableConcept's text, its codings' and a Coding's
+// display), lower-cased and prefixed with TextPrefix, for the :text
+// modifier. The prefix keeps them from equalling a code that a search
+// without a system looks for.
+const (
+	TextSystem = "urn:sandbot:text"
+	TextPrefix = "text:"
+)
+
+func textValue(s string) (IndexValue, bool) {
+	n := NormalizeString(s)
+	if n == "" {
+		return IndexValue{}, false
+	}
+	return IndexValue{System: TextSystem, Value: TextPrefix + n}, true
+}
+
 func tokenValues(node any) []IndexValue {
 	switch t := node.(type) {
 	case string:
@@ -219,14 +237,25 @@ func tokenValues(node any) []IndexValue {
 			for _, c := range codings {
 				out = append(out, tokenValues(c)...)
 			}
-			if text, ok := t["text"].(string); ok && len(out) == 0 {
-				out = append(out, IndexValue{Value: text})
+			if text, ok := t["text"].(string); ok {
+				if len(out) == 0 {
+					out = append(out, IndexValue{Value: text})
+				}
+				if v, ok := textValue(text); ok {
+					out = append(out, v)
+				}
 			}
 			return out
 		}
 		sys, _ := t["system"].(string)
 		if code, ok := t["code"].(string); ok { // Coding
-			return []IndexValue{{System: sys, Value: code}}
+			out := []IndexValue{{System: sys, Value: code}}
+			if display, ok := t["display"].(string); ok {
+				if v, ok := textValue(display); ok {
+					out = append(out, v)
+				}
+			}
+			return out
 		}
 		if v, ok := t["value"].(string); ok { // Identifier, ContactPoint
 			return []IndexValue{{System: sys, Value: v}}

@@ -132,7 +132,7 @@ func matchValue(f Filter, q FilterValue, v IndexValue) bool {
 			return v.Value == q.Code
 		case "iexact":
 			return stored == n
-		case "contains":
+		case "contains", "text":
 			return strings.Contains(stored, n)
 		case "endswith":
 			return strings.HasSuffix(stored, n)
@@ -159,6 +159,10 @@ func matchValue(f Filter, q FilterValue, v IndexValue) bool {
 		}
 		return v.Value == q.Code
 	default: // token, boolean
+		if f.Modifier == "text" {
+			n := NormalizeString(q.Raw)
+			return v.System == TextSystem && (strings.HasPrefix(v.Value, TextPrefix+n) || strings.Contains(v.Value, " "+n))
+		}
 		if q.HasSystem {
 			return v.System == q.System && (q.Code == "" || v.Value == q.Code)
 		}

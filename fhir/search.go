@@ -412,6 +412,8 @@ func checkModifier(p *SearchParam, modifier string) error {
 		ok = p.Type == TokenParam || p.Type == BooleanParam || p.Type == ReferenceParam || p.Type == URIParam
 	case "exact", "contains":
 		ok = p.Type == StringParam
+	case "text":
+		ok = p.Type == StringParam || p.Type == TokenParam
 	case "below":
 		ok = p.Type == URIParam
 	}

@@ -193,7 +193,7 @@ func SearchParamsSkipped() []SkippedParam { return skippedParams }
 // extractVersion is bumped whenever Extract gives other values for the same
 // table (a change of the FHIRPath evaluation or of how values are indexed):
 // the stores then rebuild their index.
-const extractVersion = "2"
+const extractVersion = "3"
 
 var searchIndexVersion = func() string {
 	h := sha256.New()

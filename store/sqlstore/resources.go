@@ -198,7 +198,7 @@ func (x *indexRows) add(res fhir.Resource, id, project string, lastUpdated int64
 		switch v.Kind {
 		case fhir.TokenIndex:
 			x.tokens = append(x.tokens, id, typ, project, v.Code, v.System, v.Value, lastUpdated)
-			if counted {
+			if counted && v.System != fhir.TextSystem {
 				if p := fhir.LookupParam(typ, v.Code); p != nil && p.Counted {
 					x.counted = append(x.counted, countKey{typ, project, v.Code, v.Value})
 				}

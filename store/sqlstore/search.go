@@ -584,7 +584,7 @@ func valueCond(f fhir.Filter, v fhir.FilterValue) cond {
 			return cond{`(i.value_norm = ? AND i.value_exact = ?)`, []any{n, v.Code}}
 		case "iexact":
 			return cond{`i.value_norm = ?`, []any{n}}
-		case "contains":
+		case "contains", "text":
 			return cond{`i.value_norm LIKE ? ESCAPE '\'`, []any{"%" + escapeLike(n) + "%"}}
 		case "endswith":
 			return cond{`i.value_norm LIKE ? ESCAPE '\'`, []any{"%" + escapeLike(n)}}
@@ -620,6 +620,13 @@ func valueCond(f fhir.Filter, v fhir.FilterValue) cond {
 		}
 		return cond{`i.value = ?`, []any{v.Code}}
 	default: // token, boolean
+		if f.Modifier == "text" {
+			// The text rows (fhir.TextSystem): a word of the text starts
+			// with the value.
+			n := escapeLike(fhir.NormalizeString(v.Raw))
+			return cond{`(i.system = ? AND (i.value LIKE ? ESCAPE '\' OR i.value LIKE ? ESCAPE '\'))`,
+				[]any{fhir.TextSystem, escapeLike(fhir.TextPrefix) + n + "%", "% " + n + "%"}}
+		}
 		if v.HasSystem {
 			if v.Code == "" {
 				return cond{`i.system = ?`, []any{v.System}}

@@ -139,3 +139,37 @@ func TestSearchHas(t *testing.T) {
 		}
 	})
 }
+
+// TestSearchText: :text finds a coded element by a word of its text (a
+// CodeableConcept's text, a coding's display) and a string by a part of
+// it; a code equal to such a word is not found by a plain search.
+func TestSearchText(t *testing.T) {
+	servertest.ForEachBackend(t, func(t *testing.T, s *servertest.Server) {
+		c := s.NewProject(t, "text")
+		hr := c.Create(map[string]any{"resourceType": "Observation", "status": "final",
+			"code": map[string]any{"text": "Heart rate", "coding": []any{map[string]any{"system": "http://loinc.org", "code": "8867-4", "display": "Heart rate"}}}})["id"].(string)
+		bw := c.Create(map[string]any{"resourceType": "Observation", "status": "final",
+			"code": map[string]any{"coding": []any{map[string]any{"system": "http://loinc.org", "code": "29463-7", "display": "Body Weight"}}}})["id"].(string)
+		pat := c.Create(map[string]any{"resourceType": "Patient", "name": []any{map[string]any{"family": "Lovelace", "given": []any{"Ada"}}}})["id"].(string)
+		want := func(name, query string, expect ...string) {
+			t.Helper()
+			r := c.Do("GET", "fhir/R4/"+query, nil, "")
+			if r.Status != 200 {
+				t.Fatalf("%s: %d %s", name, r.Status, r.Body)
+			}
+			sort.Strings(expect)
+			if got := entriesByMode(r.JSON()); strings.Join(got, "|") != strings.Join(expect, "|") {
+				t.Errorf("%s: %q, want %q", name, got, expect)
+			}
+		}
+		want("text", "Observation?code:text=heart", "match Observation/"+hr)
+		want("display, a later word", "Observation?code:text=weig", "match Observation/"+bw)
+		want("no match", "Observation?code:text=rate%20heart")
+		want("a plain search does not find text", "Observation?code=heart%20rate")
+		want("the code still found", "Observation?code=8867-4", "match Observation/"+hr)
+		want("string :text", "Patient?name:text=ovela", "match Patient/"+pat)
+		if r := c.Do("GET", "fhir/R4/Observation?date:text=2020", nil, ""); r.Status != 400 {
+			t.Errorf(":text on a date: %d", r.Status)
+		}
+	})
+}
