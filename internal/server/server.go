@@ -26,6 +26,7 @@ import (
 	"github.com/sandbot/sandbot/internal/services/admin"
 	"github.com/sandbot/sandbot/internal/services/auth"
 	"github.com/sandbot/sandbot/internal/services/bots"
+	"github.com/sandbot/sandbot/internal/services/bulkexport"
 	"github.com/sandbot/sandbot/internal/services/fhirgraphql"
 	"github.com/sandbot/sandbot/internal/services/fhirservice"
 	"github.com/sandbot/sandbot/internal/services/jobs"
@@ -126,6 +127,10 @@ func New(ctx context.Context, cfg Config, st store.Store, reg *prometheus.Regist
 	}
 	fhirCfg := fhirapi.Config{FHIR: s.Service, GraphQL: fhirgraphql.New(s.Service, cfg.Limits), Auth: s.Auth, Require: authAPI.Require,
 		BaseURL: cfg.BaseURL, Log: log, Limits: cfg.Limits}
+	if s.Jobs != nil {
+		// Bulk Data exports run as jobs, as their caller.
+		fhirCfg.Export = bulkexport.New(bulkexport.Config{FHIR: s.Service, Jobs: s.Jobs, Resume: s.Auth.Resume, Log: log})
+	}
 	if cfg.Runtime != nil {
 		s.Bots = bots.New(bots.Config{Store: st, FHIR: s.Service, Runtime: cfg.Runtime, Limits: cfg.Limits, Jobs: s.Jobs,
 			Resume: s.Auth.Resume, Log: log, Registerer: reg})

@@ -21,6 +21,7 @@ import (
 	"github.com/sandbot/sandbot/internal/principal"
 	"github.com/sandbot/sandbot/internal/services/auth"
 	"github.com/sandbot/sandbot/internal/services/bots"
+	"github.com/sandbot/sandbot/internal/services/bulkexport"
 	"github.com/sandbot/sandbot/internal/services/fhirgraphql"
 	"github.com/sandbot/sandbot/internal/services/fhirservice"
 	"github.com/sandbot/sandbot/limits"
@@ -43,6 +44,8 @@ type Config struct {
 	Limits limits.Limits
 	// Bots runs the Bot operations; nil leaves them out.
 	Bots *bots.Service
+	// Export runs Bulk Data exports; nil leaves $export out.
+	Export *bulkexport.Service
 	// Jobs serves the status of asynchronous jobs and cancels them; nil
 	// answers every $execute synchronously.
 	Jobs Jobs
@@ -100,6 +103,7 @@ func (h *Handler) Register(r *mux.Router) {
 		fn(api)
 	}
 	h.registerBots(api)
+	h.registerExport(api)
 	h.definitionRoutes(api)
 	api.HandleFunc("/$graphql", h.graphql).Methods(http.MethodGet, http.MethodPost)
 	api.HandleFunc("", h.bundle).Methods(http.MethodPost)
