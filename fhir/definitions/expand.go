@@ -40,28 +40,35 @@ func (s *Set) codeSystem(url string) *codeSystem {
 	cs := &codeSystem{parents: map[string][]string{}}
 	if r, ok := s.ByURL("CodeSystem", url); ok {
 		if res, err := decode(r.JSON); err == nil {
-			var walk func(list any, parent string)
-			walk = func(list any, parent string) {
-				items, _ := list.([]any)
-				for _, it := range items {
-					m, _ := it.(map[string]any)
-					code, _ := m["code"].(string)
-					if code == "" {
-						continue
-					}
-					display, _ := m["display"].(string)
-					cs.concepts = append(cs.concepts, Concept{System: url, Code: code, Display: display})
-					if parent != "" {
-						cs.parents[code] = append(cs.parents[code], parent)
-					}
-					walk(m["concept"], code)
-				}
-			}
-			walk(res["concept"], "")
+			cs = flatten(url, res)
 		}
 	}
 	v, _ := codeSystems.LoadOrStore(url, cs)
 	return v.(*codeSystem)
+}
+
+// flatten is a CodeSystem's concepts, with their parents.
+func flatten(url string, res fhir.Resource) *codeSystem {
+	cs := &codeSystem{parents: map[string][]string{}}
+	var walk func(list any, parent string)
+	walk = func(list any, parent string) {
+		items, _ := list.([]any)
+		for _, it := range items {
+			m, _ := it.(map[string]any)
+			code, _ := m["code"].(string)
+			if code == "" || len(cs.concepts) >= maxExpandCodes {
+				continue
+			}
+			display, _ := m["display"].(string)
+			cs.concepts = append(cs.concepts, Concept{System: url, Code: code, Display: display})
+			if parent != "" {
+				cs.parents[code] = append(cs.parents[code], parent)
+			}
+			walk(m["concept"], code)
+		}
+	}
+	walk(res["concept"], "")
+	return cs
 }
 
 // descends reports whether code is below ancestor in the hierarchy.
@@ -104,7 +111,19 @@ func (s *Set) Expand(url, id, filter string, offset, count int) (fhir.Resource, 
 	if err != nil {
 		return nil, err
 	}
-	all := s.expandCodes(res, 0)
+	return s.ExpandWith(res, filter, offset, count, nil), nil
+}
+
+// Local finds a project's own ValueSet or CodeSystem by url (nil when it
+// has none), for the expansion of a project's ValueSet, which may name
+// them beside the definitions'.
+type Local func(resourceType, url string) fhir.Resource
+
+// ExpandWith expands a ValueSet (the definitions' or a project's) as
+// Expand does, looking up what it names in the definitions first, then
+// through local (nil: the definitions only).
+func (s *Set) ExpandWith(res fhir.Resource, filter string, offset, count int, local Local) fhir.Resource {
+	all := s.expandCodes(res, 0, local)
 	f := strings.ToLower(strings.TrimSpace(filter))
 	var hits []any
 	total := 0
@@ -121,7 +140,7 @@ func (s *Set) Expand(url, id, filter string, offset, count int) (fhir.Resource, 
 		}
 		total++
 	}
-	out := fhir.Resource{"resourceType": "ValueSet", "id": vs.ID, "url": res["url"], "status": res["status"],
+	out := fhir.Resource{"resourceType": "ValueSet", "id": res["id"], "url": res["url"], "status": res["status"],
 		"expansion": map[string]any{
 			"timestamp": time.Now().UTC().Format(fhir.TimeFormat),
 			"total":     total,
@@ -136,10 +155,10 @@ func (s *Set) Expand(url, id, filter string, offset, count int) (fhir.Resource, 
 	if hits == nil {
 		out["expansion"].(map[string]any)["contains"] = []any{}
 	}
-	return out, nil
+	return out
 }
 
-func (s *Set) expandCodes(vs fhir.Resource, depth int) []Concept {
+func (s *Set) expandCodes(vs fhir.Resource, depth int, local Local) []Concept {
 	if depth > maxExpandDepth {
 		return nil
 	}
@@ -162,9 +181,9 @@ func (s *Set) expandCodes(vs fhir.Resource, depth int) []Concept {
 		return out
 	}
 	compose, _ := vs["compose"].(map[string]any)
-	included := s.composeCodes(compose["include"], depth)
+	included := s.composeCodes(compose["include"], depth, local)
 	excluded := map[Concept]bool{}
-	for _, c := range s.composeCodes(compose["exclude"], depth) {
+	for _, c := range s.composeCodes(compose["exclude"], depth, local) {
 		excluded[Concept{System: c.System, Code: c.Code}] = true
 	}
 	seen := map[Concept]bool{}
@@ -180,7 +199,7 @@ func (s *Set) expandCodes(vs fhir.Resource, depth int) []Concept {
 	return out
 }
 
-func (s *Set) composeCodes(list any, depth int) []Concept {
+func (s *Set) composeCodes(list any, depth int, local Local) []Concept {
 	items, _ := list.([]any)
 	var out []Concept
 	for _, it := range items {
@@ -192,13 +211,22 @@ func (s *Set) composeCodes(list any, depth int) []Concept {
 				url, _ := v.(string)
 				if r, ok := s.ByURL("ValueSet", url); ok {
 					if res, err := decode(r.JSON); err == nil {
-						out = append(out, s.expandCodes(res, depth+1)...)
+						out = append(out, s.expandCodes(res, depth+1, local)...)
+					}
+				} else if local != nil {
+					if res := local("ValueSet", url); res != nil {
+						out = append(out, s.expandCodes(res, depth+1, local)...)
 					}
 				}
 			}
 			continue
 		}
 		cs := s.codeSystem(system)
+		if len(cs.concepts) == 0 && local != nil {
+			if res := local("CodeSystem", system); res != nil {
+				cs = flatten(system, res)
+			}
+		}
 		displays := map[string]string{}
 		for _, c := range cs.concepts {
 			displays[c.Code] = c.Display

@@ -8,33 +8,21 @@ import (
 
 	"github.com/sandbot/sandbot/fhir"
 	"github.com/sandbot/sandbot/fhir/definitions"
+	"github.com/sandbot/sandbot/internal/principal"
 	"github.com/sandbot/sandbot/internal/handlers/httpx"
 )
 
-// definitionRoutes add ValueSet/$expand; the other interactions on the
-// types answered from the FHIR definitions (read-only, the same for every
-// project) are the FHIR service's, like any resource's.
+// definitionRoutes add ValueSet/$expand (the FHIR service's Expand, over
+// the definitions and the project's own ValueSets); the other interactions
+// on the definition types are the FHIR service's, like any resource's.
 func (h *Handler) definitionRoutes(api *mux.Router) {
 	api.HandleFunc("/ValueSet/$expand", h.expandValueSet).Methods(http.MethodGet, http.MethodPost)
 	api.HandleFunc("/ValueSet/{id}/$expand", h.expandValueSet).Methods(http.MethodGet, http.MethodPost)
 }
 
-func (h *Handler) definitionSet(w http.ResponseWriter, r *http.Request) (*definitions.Set, bool) {
-	set, err := definitions.Load()
-	if err != nil {
-		h.fail(w, r, err)
-		return nil, false
-	}
-	return set, true
-}
-
 // expandValueSet is ValueSet/$expand: url (or the ValueSet of the path),
 // filter, offset and count as query or form parameters.
 func (h *Handler) expandValueSet(w http.ResponseWriter, r *http.Request) {
-	set, ok := h.definitionSet(w, r)
-	if !ok {
-		return
-	}
 	if r.Method == http.MethodPost && httpx.MediaType(r) == "application/x-www-form-urlencoded" {
 		r.Body = http.MaxBytesReader(w, r.Body, int64(h.cfg.Limits.JSONBodyBytes))
 		if err := r.ParseForm(); err != nil {
@@ -63,7 +51,7 @@ func (h *Handler) expandValueSet(w http.ResponseWriter, r *http.Request) {
 			*dst = n
 		}
 	}
-	out, err := set.Expand(url, id, q.Get("filter"), offset, min(count, definitions.MaxExpandCount))
+	out, err := h.svc.Expand(r.Context(), principal.FromContext(r.Context()), url, id, q.Get("filter"), offset, min(count, definitions.MaxExpandCount))
 	if err != nil {
 		h.fail(w, r, err)
 		return

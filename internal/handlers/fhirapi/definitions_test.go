@@ -1,6 +1,7 @@
 package fhirapi_test
 
 import (
+	"sort"
 	"strings"
 	"testing"
 
@@ -46,7 +47,7 @@ func TestDefinitionsReadOnly(t *testing.T) {
 	wantOutcome(t, "bad search", c.Do("GET", "fhir/R4/ValueSet?nope=1", nil, ""), 400, "invalid", "Unknown search parameter: nope")
 	body := map[string]any{"resourceType": "ValueSet", "status": "draft", "url": "urn:mine"}
 	for _, w := range []struct{ method, path string }{
-		{"POST", "fhir/R4/ValueSet"},
+		{"POST", "fhir/R4/StructureDefinition"},
 		{"PUT", "fhir/R4/ValueSet/administrative-gender"},
 		{"PATCH", "fhir/R4/ValueSet/administrative-gender"},
 		{"DELETE", "fhir/R4/ValueSet/administrative-gender"},
@@ -58,10 +59,69 @@ func TestDefinitionsReadOnly(t *testing.T) {
 			definitions.ReadOnlyMessage(typ))
 	}
 	sa := s.SuperAdmin(t)
-	wantOutcome(t, "super admin write", sa.Do("POST", "fhir/R4/CodeSystem", body, "application/fhir+json"), 403, "forbidden", "")
+	wantOutcome(t, "super admin write", sa.Do("PUT", "fhir/R4/CodeSystem/administrative-gender", body, "application/fhir+json"), 403, "forbidden", "")
 	// The CapabilityStatement says so.
 	r := c.Do("GET", "fhir/R4/metadata", nil, "")
 	if !strings.Contains(string(r.Body), `"definition":"ValueSet/$expand"`) {
 		t.Errorf("metadata lacks $expand")
 	}
+}
+
+// TestProjectTerminology: a project's admins write its own CodeSystems and
+// ValueSets beside the read-only base definitions; its members read,
+// search and expand them with the base ones; other projects see none.
+func TestProjectTerminology(t *testing.T) {
+	servertest.ForEachBackend(t, func(t *testing.T, s *servertest.Server) {
+		admin := s.NewProject(t, "terminology")
+		member := s.NewMember(t, admin.ProjectID, "Plain", false)
+		cs := map[string]any{"resourceType": "CodeSystem", "status": "active", "content": "complete", "url": "urn:sandbot:cs:colors",
+			"concept": []any{map[string]any{"code": "warm", "display": "Warm", "concept": []any{
+				map[string]any{"code": "red", "display": "Red"}, map[string]any{"code": "orange", "display": "Orange"}}},
+				map[string]any{"code": "blue", "display": "Blue"}}}
+		vs := map[string]any{"resourceType": "ValueSet", "status": "active", "url": "urn:sandbot:vs:warm-and-gender",
+			"compose": map[string]any{"include": []any{
+				map[string]any{"system": "urn:sandbot:cs:colors", "filter": []any{map[string]any{"property": "concept", "op": "descendent-of", "value": "warm"}}},
+				map[string]any{"valueSet": []any{"http://hl7.org/fhir/ValueSet/administrative-gender"}},
+			}}}
+		if r := member.Do("POST", "fhir/R4/CodeSystem", cs, "application/fhir+json"); r.Status != 403 {
+			t.Fatalf("a member wrote a CodeSystem: %d %s", r.Status, r.Body)
+		}
+		for _, res := range []map[string]any{cs, vs} {
+			if r := admin.Do("POST", "fhir/R4/"+res["resourceType"].(string), res, "application/fhir+json"); r.Status != 201 {
+				t.Fatalf("admin create: %d %s", r.Status, r.Body)
+			}
+		}
+		r := member.Do("GET", "fhir/R4/ValueSet/$expand?url=urn:sandbot:vs:warm-and-gender&count=100", nil, "")
+		if r.Status != 200 {
+			t.Fatalf("expand: %d %s", r.Status, r.Body)
+		}
+		var codes []string
+		for _, c := range servertest.Field(r.JSON(), "expansion", "contains").([]any) {
+			codes = append(codes, servertest.Field(c, "code").(string))
+		}
+		sort.Strings(codes)
+		if strings.Join(codes, ",") != "female,male,orange,other,red,unknown" {
+			t.Errorf("expansion %v", codes)
+		}
+		if r := member.Do("GET", "fhir/R4/ValueSet/$expand?url=urn:sandbot:vs:warm-and-gender&filter=ora", nil, "").JSON(); servertest.Field(r, "expansion", "total") != float64(1) {
+			t.Errorf("filtered expansion %s", mustJSON(r))
+		}
+		// Search finds the project's and the base definitions.
+		found := member.Do("GET", "fhir/R4/ValueSet?url=urn:sandbot:vs:warm-and-gender", nil, "").JSON()
+		if entries, _ := found["entry"].([]any); len(entries) != 1 {
+			t.Errorf("search of the project's ValueSet: %s", mustJSON(found))
+		}
+		base := member.Do("GET", "fhir/R4/ValueSet?url=http://hl7.org/fhir/ValueSet/administrative-gender", nil, "").JSON()
+		if entries, _ := base["entry"].([]any); len(entries) != 1 {
+			t.Errorf("search of a base ValueSet: %s", mustJSON(base))
+		}
+		// Another project sees none of it.
+		other := s.NewProject(t, "other")
+		if r := other.Do("GET", "fhir/R4/ValueSet/$expand?url=urn:sandbot:vs:warm-and-gender", nil, ""); r.Status != 400 {
+			t.Errorf("another project expands it: %d %s", r.Status, r.Body)
+		}
+		if entries, _ := other.Do("GET", "fhir/R4/CodeSystem?url=urn:sandbot:cs:colors", nil, "").JSON()["entry"].([]any); len(entries) != 0 {
+			t.Errorf("another project finds the CodeSystem")
+		}
+	})
 }

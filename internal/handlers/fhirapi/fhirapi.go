@@ -16,7 +16,6 @@ import (
 	"github.com/gorilla/mux"
 
 	"github.com/sandbot/sandbot/fhir"
-	"github.com/sandbot/sandbot/fhir/definitions"
 	"github.com/sandbot/sandbot/internal/handlers/httpx"
 	"github.com/sandbot/sandbot/internal/principal"
 	"github.com/sandbot/sandbot/internal/services/auth"
@@ -129,7 +128,7 @@ func (h *Handler) serve(w http.ResponseWriter, r *http.Request) {
 	}
 	req := &fhirservice.Request{Method: r.Method, URL: rel, ContentType: r.Header.Get("Content-Type"),
 		IfMatch: r.Header.Get("If-Match"), IfNoneExist: r.Header.Get("If-None-Exist"), Accept: r.Header.Get("Accept")}
-	if op := bodyOp(r); op != 0 && !definitions.Serves(mux.Vars(r)["type"]) {
+	if op := bodyOp(r); op != 0 && fhirservice.Stored(mux.Vars(r)["type"]) {
 		// A caller who may not act never has its body read.
 		if err := fhirservice.Authorize(p, mux.Vars(r)["type"], op); err != nil {
 			h.fail(w, r, err)

@@ -126,7 +126,12 @@ func (s *Service) do(ctx context.Context, p *principal.Principal, req *Request) 
 	}
 	method := strings.ToUpper(req.Method)
 	if definitions.Serves(typ) {
-		return s.doDefinition(typ, segs, method, rawQuery, req)
+		if !projectTerminology[typ] {
+			return s.doDefinition(typ, segs, method, rawQuery, req)
+		}
+		if resp, handled, err := s.doTerminology(ctx, p, typ, segs, method, rawQuery, req); handled {
+			return resp, err
+		}
 	}
 	switch {
 	case len(segs) == 1 && method == "GET":

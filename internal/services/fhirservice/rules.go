@@ -209,6 +209,11 @@ var Rules = []Rule{
 	{Type: "AsyncJob", Roles: NotSuperAdmin, Deny: OpWrite, Message: "AsyncJobs are written by the server: cancel one with DELETE on its status URL"},
 	{Type: "AsyncJob", Roles: Member | Bot, Deny: OpRead},
 
+	// A project's own terminology (beside the read-only base definitions,
+	// which nobody writes) is its admins' to write.
+	{Type: "ValueSet", Roles: Member | Bot, Deny: OpWrite, Message: "Only project admins write the project's ValueSets"},
+	{Type: "CodeSystem", Roles: Member | Bot, Deny: OpWrite, Message: "Only project admins write the project's CodeSystems"},
+
 	// A bot changes neither its project, the policies, any membership (its
 	// own included) nor any Bot's limits or code.
 	{Type: "Project", Roles: Bot, Deny: OpWrite},
