@@ -40,8 +40,8 @@ test('search with _include and _revinclude', async () => {
   assert.deepEqual(all.bundle.entry.map((e) => e.search.mode), ['match', 'include']);
 
   // _has: the Patients that such an Observation refers to.
-  const found = await medplum.searchResources('Patient', { '_has:Observation:subject:code:text': 'x' }).catch((e) => e);
-  assert.equal(found.outcome?.issue?.[0]?.code, 'invalid', ':text is refused (400), never ignored');
+  const found = await medplum.searchResources('Patient', { '_has:Observation:subject:code:above': 'x' }).catch((e) => e);
+  assert.equal(found.outcome?.issue?.[0]?.code, 'invalid', 'an unsupported modifier is refused (400), never ignored');
   const has = await medplum.searchResources('Patient', { '_has:Observation:subject:_id': obs.id }, { cache: 'no-cache' });
   assert.deepEqual(has.map((r) => r.id), [patient.id]);
 });
