@@ -154,6 +154,16 @@ type Limits struct {
 	// AuthBodyBytes bounds the bodies of the login, token, profile and
 	// set-password endpoints (small forms and JSON objects).
 	AuthBodyBytes int64
+
+	// WebhookRequestsPerMinute is how many public webhook requests
+	// (POST /webhook/{membership}) a client IP may make per minute;
+	// negative means no limit.
+	WebhookRequestsPerMinute int64
+	// CronSeconds, when positive, accepts a six-field cron expression whose
+	// first field is seconds in Bot.cronString and Cron.cronString. It is
+	// for tests, which cannot wait minutes for a tick; production schedules
+	// are five fields, to the minute (the reference's). Off by default.
+	CronSeconds int64
 }
 
 // Default returns the default limits.
@@ -212,6 +222,8 @@ func Default() Limits {
 
 		AuthRequestsPerMinute: 160, // the reference's strict auth limit
 		AuthBodyBytes:         64 << 10,
+
+		WebhookRequestsPerMinute: 600,
 	}
 }
 
@@ -270,6 +282,7 @@ func (l Limits) WithDefaults() Limits {
 	set(&l.JobRescueSeconds, d.JobRescueSeconds)
 	set(&l.AuthRequestsPerMinute, d.AuthRequestsPerMinute)
 	set(&l.AuthBodyBytes, d.AuthBodyBytes)
+	set(&l.WebhookRequestsPerMinute, d.WebhookRequestsPerMinute)
 	return l
 }
 
@@ -358,5 +371,9 @@ func Settings() []Setting {
 			Min: 2, Max: 86400, Field: func(l *Limits) *int64 { return &l.JobRescueSeconds }},
 		{Env: "SANDBOT_AUTH_RATE_LIMIT", Flag: "auth-rate-limit", Usage: "requests per minute per client IP on /auth and /oauth2 (0: no limit)",
 			Min: 0, Max: 1 << 30, ZeroIsOff: true, Field: func(l *Limits) *int64 { return &l.AuthRequestsPerMinute }},
+		{Env: "SANDBOT_PUBLIC_WEBHOOK_RATE_LIMIT", Flag: "public-webhook-rate-limit", Usage: "requests per minute per client IP on /webhook (0: no limit)",
+			Min: 0, Max: 1 << 30, ZeroIsOff: true, Field: func(l *Limits) *int64 { return &l.WebhookRequestsPerMinute }},
+		{Env: "SANDBOT_CRON_SECONDS", Flag: "cron-seconds", Usage: "1 accepts six-field cron expressions with seconds first (for tests; schedules are five fields otherwise)",
+			Min: 0, Max: 1, Field: func(l *Limits) *int64 { return &l.CronSeconds }},
 	}
 }

@@ -25,6 +25,13 @@ type Task struct {
 	Payload []byte
 	// MaxAttempts is how many times it may be run (0: the engine's).
 	MaxAttempts int
+	// At, when set, is when it becomes due (River's job scheduler, which
+	// runs on the elected leader every few seconds, makes it available).
+	At time.Time
+	// Unique enqueues it only if no task of the same kind, project and
+	// payload is waiting, running or completed (within River's retention):
+	// a second Enqueue of the same task, from any process, is a no-op.
+	Unique bool
 }
 
 // TaskFunc runs a task. nil: done. A *RetryError: run it again after its
@@ -73,6 +80,12 @@ func (e *Engine) Enqueue(ctx context.Context, tx store.Store, t Task) error {
 	opts := &river.InsertOpts{Queue: reg.queue, Priority: priorityFor(n, e.cfg.Workers), Metadata: meta}
 	if t.MaxAttempts > 0 {
 		opts.MaxAttempts = t.MaxAttempts
+	}
+	if !t.At.IsZero() {
+		opts.ScheduledAt = t.At
+	}
+	if t.Unique {
+		opts.UniqueOpts = river.UniqueOpts{ByArgs: true}
 	}
 	_, err = client.InsertTx(ctx, sqlTx, args{K: t.Kind, Project: t.Project, Payload: t.Payload}, opts)
 	if err == nil {
