@@ -15,7 +15,7 @@ import (
 // resource runs its bot: one or more five-field cron expressions (minute,
 // hour, day of month, month, day of week), in UTC. A six-field expression
 // whose first field is seconds is accepted only when the caller allows it
-// (limits.Limits.CronSeconds, for tests).
+// (limits.Limits.CronFields, for tests).
 type Schedule struct {
 	// Exprs are the cron expressions; the schedule's ticks are theirs
 	// together.

@@ -159,11 +159,11 @@ type Limits struct {
 	// (POST /webhook/{membership}) a client IP may make per minute;
 	// negative means no limit.
 	WebhookRequestsPerMinute int64
-	// CronSeconds, when positive, accepts a six-field cron expression whose
-	// first field is seconds in Bot.cronString and Cron.cronString. It is
-	// for tests, which cannot wait minutes for a tick; production schedules
-	// are five fields, to the minute (the reference's). Off by default.
-	CronSeconds int64
+	// CronFields is how many fields a cron expression of Bot.cronString and
+	// Cron.cronString has: 5 (minute first, the default and the
+	// reference's), or 6 (seconds first, also accepting five), which is for
+	// tests that cannot wait minutes for a tick.
+	CronFields int64
 }
 
 // Default returns the default limits.
@@ -224,6 +224,7 @@ func Default() Limits {
 		AuthBodyBytes:         64 << 10,
 
 		WebhookRequestsPerMinute: 600,
+		CronFields:               5,
 	}
 }
 
@@ -283,6 +284,7 @@ func (l Limits) WithDefaults() Limits {
 	set(&l.AuthRequestsPerMinute, d.AuthRequestsPerMinute)
 	set(&l.AuthBodyBytes, d.AuthBodyBytes)
 	set(&l.WebhookRequestsPerMinute, d.WebhookRequestsPerMinute)
+	set(&l.CronFields, d.CronFields)
 	return l
 }
 
@@ -373,7 +375,7 @@ func Settings() []Setting {
 			Min: 0, Max: 1 << 30, ZeroIsOff: true, Field: func(l *Limits) *int64 { return &l.AuthRequestsPerMinute }},
 		{Env: "SANDBOT_PUBLIC_WEBHOOK_RATE_LIMIT", Flag: "public-webhook-rate-limit", Usage: "requests per minute per client IP on /webhook (0: no limit)",
 			Min: 0, Max: 1 << 30, ZeroIsOff: true, Field: func(l *Limits) *int64 { return &l.WebhookRequestsPerMinute }},
-		{Env: "SANDBOT_CRON_SECONDS", Flag: "cron-seconds", Usage: "1 accepts six-field cron expressions with seconds first (for tests; schedules are five fields otherwise)",
-			Min: 0, Max: 1, Field: func(l *Limits) *int64 { return &l.CronSeconds }},
+		{Env: "SANDBOT_CRON_FIELDS", Flag: "cron-fields", Usage: "fields of a cron expression: 5 (minute first) or 6 (seconds first, for tests)",
+			Min: 5, Max: 6, Field: func(l *Limits) *int64 { return &l.CronFields }},
 	}
 }

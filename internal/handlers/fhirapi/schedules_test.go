@@ -21,7 +21,7 @@ const tickerBot = `exports.handler = async (medplum, event) => {
 };`
 
 // fastTicks lets tests use six-field cron expressions (seconds first).
-func fastTicks(c *server.Config) { c.Limits.CronSeconds = 1 }
+func fastTicks(c *server.Config) { c.Limits.CronFields = 6 }
 
 // enableCron adds "cron" to the project's features (a super admin's field).
 func enableCron(t *testing.T, s *servertest.Server, project string) {

@@ -14,7 +14,7 @@ import (
 // membership must be of the project it is written to. Who may write a Cron
 // at all is the Rules table's (project admins).
 func (s *Service) checkSchedule(ctx context.Context, st store.Store, project string, res fhir.Resource) error {
-	seconds := s.lim.CronSeconds > 0
+	seconds := s.lim.CronFields == 6
 	switch res.Type() {
 	case "Bot":
 		_, err := fhir.BotSchedule(res, seconds)

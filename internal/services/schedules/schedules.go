@@ -49,7 +49,7 @@ type Config struct {
 	Store *sqlstore.Store
 	Bots  *bots.Service
 	Jobs  *jobs.Engine
-	// Limits: CronSeconds accepts six-field expressions (tests).
+	// Limits: CronFields 6 accepts expressions with seconds (tests).
 	Limits limits.Limits
 	Log    *slog.Logger
 	// Registerer receives the tick metrics; nil registers none.
@@ -73,7 +73,7 @@ func New(cfg Config) *Service {
 	if cfg.Log == nil {
 		cfg.Log = slog.New(slog.DiscardHandler)
 	}
-	s := &Service{cfg: cfg, store: cfg.Store, log: cfg.Log, seconds: cfg.Limits.CronSeconds > 0,
+	s := &Service{cfg: cfg, store: cfg.Store, log: cfg.Log, seconds: cfg.Limits.CronFields == 6,
 		ticks: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "sandbot_schedule_ticks_total",
 			Help: "Schedule ticks by what became of them: ran (the bot ran), failed (the bot failed, after its attempts), retried, stale (the schedule changed or went away: dropped), enqueued.",
