@@ -58,6 +58,28 @@ func awaitRuns(t *testing.T, c *servertest.Client, n int) []string {
 	}
 }
 
+// lateness logs how long after their ticks the runs wrote their records.
+func lateness(t *testing.T, c *servertest.Client) {
+	t.Helper()
+	r := c.Do("GET", "fhir/R4/Basic?_count=1000", nil, "")
+	entries, _ := r.JSON()["entry"].([]any)
+	var worst, sum time.Duration
+	for _, e := range entries {
+		text := servertest.Field(e, "resource", "code", "text").(string)
+		tick, err1 := time.Parse(time.RFC3339, text[strings.LastIndex(text, " ")+1:])
+		written, err2 := time.Parse(time.RFC3339Nano, servertest.Field(e, "resource", "meta", "lastUpdated").(string))
+		if err1 != nil || err2 != nil {
+			t.Fatalf("run %q: %v %v", text, err1, err2)
+		}
+		d := written.Sub(tick)
+		sum += d
+		worst = max(worst, d)
+	}
+	if len(entries) > 0 {
+		t.Logf("FIGURE cron lateness (tick to the bot's write): mean %v, worst %v over %d runs", (sum / time.Duration(len(entries))).Round(time.Millisecond), worst.Round(time.Millisecond), len(entries))
+	}
+}
+
 // onceEach fails when two runs had the same tick.
 func onceEach(t *testing.T, texts []string) {
 	t.Helper()
@@ -102,6 +124,7 @@ func TestCronBotRunsOnSchedule(t *testing.T) {
 			}
 		}
 		onceEach(t, texts)
+		lateness(t, c)
 
 		// The schedule changed to once a year: by the next tick nothing more
 		// runs (a tick already running may finish).
@@ -120,6 +143,11 @@ func TestCronBotRunsOnSchedule(t *testing.T) {
 		}
 		if texts, _ := runs(t, off); len(texts) != 0 {
 			t.Errorf("a project without the cron feature ran %d ticks", len(texts))
+		}
+		// Turning the feature on schedules the project's Bots.
+		enableCron(t, s, off.ProjectID)
+		if texts := awaitRuns(t, off, 2); len(texts) < 2 || !strings.HasPrefix(texts[0], "Bot/"+quiet+" ") {
+			t.Errorf("after the feature was turned on: %q", texts)
 		}
 	}, fastTicks)
 }
