@@ -280,3 +280,98 @@ func TestCronSecondsNeedTheSetting(t *testing.T) {
 		t.Errorf("five fields: %d %s", r.Status, r.Body)
 	}
 }
+
+// TestCronMissedTicksRunOnce: ticks that came while no server ran are run
+// once, at the next start, not one by one: the server (the binary) is
+// killed, five ticks pass, and a new process on the same store runs one of
+// them before its schedule goes on. Skipped with -short.
+func TestCronMissedTicksRunOnce(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and kills the binary")
+	}
+	bin := servertest.BuildBinary(t)
+	env := []string{"SANDBOT_CRON_FIELDS=6"}
+	for _, b := range storetest.Backends(t) {
+		t.Run(b.Name, func(t *testing.T) {
+			dataDir, dbURL := t.TempDir(), ""
+			if b.Name == "postgres" {
+				dbURL = b.NewURL(t)
+			}
+			p := servertest.StartProcess(t, bin, dataDir, dbURL, env...)
+			su := p.SuperAdmin(t)
+			r := su.Do("POST", "admin/Project", map[string]any{"resourceType": "Project", "name": "missed", "features": []any{"cron"}}, "")
+			if r.Status != 201 {
+				t.Fatalf("project: %d %s", r.Status, r.Body)
+			}
+			r = su.Do("POST", "admin/projects/"+r.JSON()["id"].(string)+"/bot", map[string]any{"name": "ticker", "runtimeVersion": "vmcontext"}, "application/json")
+			if r.Status != 201 {
+				t.Fatalf("bot: %d %s", r.Status, r.Body)
+			}
+			bot := r.JSON()["id"].(string)
+			r = su.Do("POST", "fhir/R4/Bot/"+bot+"/$deploy", map[string]any{"code": tickerBot, "filename": "ticker.js"}, "")
+			if r.Status == 400 && strings.Contains(r.Issue(), "make js") {
+				t.Skip("JavaScript engine not fetched (make js)")
+			}
+			if r.Status != 200 {
+				t.Fatalf("deploy: %d %s", r.Status, r.Body)
+			}
+			if r := su.Do("PATCH", "fhir/R4/Bot/"+bot, []any{map[string]any{"op": "add", "path": "/cronString", "value": "*/2 * * * * *"}}, "application/json-patch+json"); r.Status != 200 {
+				t.Fatalf("cronString: %d %s", r.Status, r.Body)
+			}
+			ticks := func(c *servertest.Client) []time.Time {
+				texts, _ := runs(t, c)
+				var out []time.Time
+				for _, x := range texts {
+					at, err := time.Parse(time.RFC3339, x[strings.LastIndex(x, " ")+1:])
+					if err != nil {
+						t.Fatalf("run %q: %v", x, err)
+					}
+					out = append(out, at)
+				}
+				return out
+			}
+			for deadline := time.Now().Add(60 * time.Second); len(ticks(su)) < 2; time.Sleep(100 * time.Millisecond) {
+				if time.Now().After(deadline) {
+					t.Fatal("no runs in 60 s")
+				}
+			}
+			p.Kill()
+			time.Sleep(10 * time.Second) // five ticks
+			restart := time.Now()
+			p = servertest.StartProcess(t, bin, dataDir, dbURL, env...)
+			su = p.SuperAdmin(t)
+			before := ticks(su) // what the killed process ran
+			var last time.Time
+			for _, at := range before {
+				if at.After(last) {
+					last = at
+				}
+			}
+			var all []time.Time
+			for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+				all = ticks(su)
+				after := 0
+				for _, at := range all {
+					if at.After(restart) {
+						after++
+					}
+				}
+				if after >= 2 {
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatalf("the schedule did not go on after the restart: %v", all)
+				}
+			}
+			missed := 0
+			for _, at := range all {
+				if at.After(last) && at.Before(restart) {
+					missed++
+				}
+			}
+			if missed != 1 {
+				t.Errorf("%d of the ticks missed while no server ran were run, want 1 (last before the kill %v, restart %v, all %v)", missed, last, restart, all)
+			}
+		})
+	}
+}
