@@ -38,6 +38,7 @@ var knownTypes = map[string]bool{
 	"ConceptMap":                        true,
 	"Condition":                         true,
 	"Consent":                           true,
+	"Cron":                              true,
 	"Contract":                          true,
 	"Coverage":                          true,
 	"CoverageEligibilityRequest":        true,

@@ -157,6 +157,16 @@ type Limits struct {
 	// AuthBodyBytes bounds the bodies of the login, token, profile and
 	// set-password endpoints (small forms and JSON objects).
 	AuthBodyBytes int64
+
+	// WebhookRequestsPerMinute is how many public webhook requests
+	// (POST /webhook/{membership}) a client IP may make per minute;
+	// negative means no limit.
+	WebhookRequestsPerMinute int64
+	// CronFields is how many fields a cron expression of Bot.cronString and
+	// Cron.cronString has: 5 (minute first, the default and the
+	// reference's), or 6 (seconds first, also accepting five), which is for
+	// tests that cannot wait minutes for a tick.
+	CronFields int64
 }
 
 // Default returns the default limits.
@@ -216,6 +226,9 @@ func Default() Limits {
 
 		AuthRequestsPerMinute: 160, // the reference's strict auth limit
 		AuthBodyBytes:         64 << 10,
+
+		WebhookRequestsPerMinute: 600,
+		CronFields:               5,
 	}
 }
 
@@ -275,6 +288,8 @@ func (l Limits) WithDefaults() Limits {
 	set(&l.WebhookSeconds, d.WebhookSeconds)
 	set(&l.AuthRequestsPerMinute, d.AuthRequestsPerMinute)
 	set(&l.AuthBodyBytes, d.AuthBodyBytes)
+	set(&l.WebhookRequestsPerMinute, d.WebhookRequestsPerMinute)
+	set(&l.CronFields, d.CronFields)
 	return l
 }
 
@@ -365,5 +380,9 @@ func Settings() []Setting {
 			Min: 1, Max: 600, Field: func(l *Limits) *int64 { return &l.WebhookSeconds }},
 		{Env: "SANDBOT_AUTH_RATE_LIMIT", Flag: "auth-rate-limit", Usage: "requests per minute per client IP on /auth and /oauth2 (0: no limit)",
 			Min: 0, Max: 1 << 30, ZeroIsOff: true, Field: func(l *Limits) *int64 { return &l.AuthRequestsPerMinute }},
+		{Env: "SANDBOT_PUBLIC_WEBHOOK_RATE_LIMIT", Flag: "public-webhook-rate-limit", Usage: "requests per minute per client IP on /webhook (0: no limit)",
+			Min: 0, Max: 1 << 30, ZeroIsOff: true, Field: func(l *Limits) *int64 { return &l.WebhookRequestsPerMinute }},
+		{Env: "SANDBOT_CRON_FIELDS", Flag: "cron-fields", Usage: "fields of a cron expression: 5 (minute first) or 6 (seconds first, for tests)",
+			Min: 5, Max: 6, Field: func(l *Limits) *int64 { return &l.CronFields }},
 	}
 }

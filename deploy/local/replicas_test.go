@@ -851,3 +851,108 @@ func TestSigtermUnderLoad(t *testing.T) {
 	}
 	script(t, "replica-start", "3")
 }
+
+var ranLine = regexp.MustCompile(`(?m)^sandbot_schedule_ticks_total\{outcome="ran"\} (\d+)$`)
+
+// scheduleRuns is how many ticks replica r ran (-1: it does not answer).
+func scheduleRuns(r int) int {
+	a := send(&http.Client{Timeout: 2 * time.Second}, "GET", topo.ops[r]+"metrics", "", nil, "")
+	if a.err != nil || a.status != 200 {
+		return -1
+	}
+	if m := ranLine.FindSubmatch(a.body); m != nil {
+		n, _ := strconv.Atoi(string(m[1]))
+		return n
+	}
+	return 0
+}
+
+// tickRuns answers the texts of the project's Basic records, one per run of
+// the ticker bot ("Bot/<id> <tick>").
+func tickRuns(t *testing.T, p *project) []string {
+	a := must(t, send(client, "GET", topo.lb+"fhir/R4/Basic?_count=1000", p.owner, nil, ""), 200, "runs")
+	var b struct {
+		Entry []struct {
+			Resource struct{ Code struct{ Text string } }
+		}
+	}
+	json.Unmarshal(a.body, &b)
+	var out []string
+	for _, e := range b.Entry {
+		out = append(out, e.Resource.Code.Text)
+	}
+	return out
+}
+
+// TestCronOncePerTickAcrossReplicas: a Bot scheduled every two seconds
+// (SANDBOT_CRON_FIELDS=6) runs once per tick among the three replicas; the
+// replica that ran the last tick is killed (SIGKILL), and the ticks go on
+// on the others, still once each. The replica is started again afterwards.
+func TestCronOncePerTickAcrossReplicas(t *testing.T) {
+	p := newProject(t, "cron")
+	must(t, send(client, "PATCH", topo.lb+"fhir/R4/Project/"+p.id, superAdmin(t), `[{"op":"add","path":"/features","value":["cron"]}]`,
+		"application/json-patch+json"), 200, "cron feature")
+	bot := must(t, send(client, "POST", topo.lb+"fhir/R4/Bot", p.owner, map[string]any{"resourceType": "Bot", "name": "ticker",
+		"runtimeVersion": "vmcontext"}, ""), 201, "bot").json()["id"].(string)
+	code := `exports.handler = async (medplum, event) => {
+  await medplum.createResource({ resourceType: 'Basic', code: { text: 'Bot/' + event.input.id + ' ' + event.headers['x-sandbot-schedule-tick'] } });
+  return { ok: true };
+};`
+	if a := send(client, "POST", topo.lb+"fhir/R4/Bot/"+bot+"/$deploy", p.owner, map[string]any{"code": code, "filename": "ticker.js"}, ""); a.status != 200 {
+		if strings.Contains(string(a.body), "make js") && os.Getenv("CI") == "" {
+			t.Skip("JavaScript engine not fetched (make js)")
+		}
+		t.Fatalf("deploy: %d %s", a.status, a.body)
+	}
+	must(t, send(client, "PATCH", topo.lb+"fhir/R4/Bot/"+bot, p.owner, `[{"op":"add","path":"/cronString","value":"*/2 * * * * *"}]`,
+		"application/json-patch+json"), 200, "cronString")
+	await := func(n int, within time.Duration) []string {
+		deadline := time.Now().Add(within)
+		for {
+			runs := tickRuns(t, p)
+			if len(runs) >= n || time.Now().After(deadline) {
+				return runs
+			}
+			time.Sleep(200 * time.Millisecond)
+		}
+	}
+	onceEach := func(runs []string) {
+		seen := map[string]bool{}
+		for _, r := range runs {
+			if seen[r] {
+				t.Errorf("tick run twice: %q", r)
+			}
+			seen[r] = true
+		}
+	}
+	runs := await(4, 60*time.Second)
+	if len(runs) < 4 {
+		t.Fatalf("%d runs in 60 s", len(runs))
+	}
+	// The replica that runs the next tick is the one killed.
+	before := []int{scheduleRuns(0), scheduleRuns(1), scheduleRuns(2)}
+	n := len(tickRuns(t, p))
+	await(n+1, 30*time.Second)
+	last := -1
+	for r := range before {
+		if scheduleRuns(r) > before[r] {
+			last = r
+		}
+	}
+	if last < 0 {
+		t.Fatalf("no replica counted the last tick: %v", before)
+	}
+	script(t, "replica-signal", strconv.Itoa(last+1), "KILL")
+	killed := time.Now()
+	defer script(t, "replica-start", strconv.Itoa(last+1))
+	n = len(tickRuns(t, p))
+	next := await(n+1, 60*time.Second)
+	gap := time.Since(killed)
+	runs = await(n+4, 60*time.Second)
+	t.Logf("FIGURE cron: replica %d ran the last tick and was killed; the next run came %v later; %d runs in all, each tick once",
+		last+1, gap.Round(100*time.Millisecond), len(runs))
+	if len(next) <= n || len(runs) < n+4 {
+		t.Fatalf("the schedule stopped with its replica: %d runs before the kill, %d after", n, len(runs))
+	}
+	onceEach(runs)
+}

@@ -7,6 +7,7 @@
 # engine; deploy/local/replicas_test.go runs the fault tests on it.
 #
 #   deploy/local/run.sh test          start everything, run the tests, stop everything
+#                                     (SANDBOT_TOPOLOGY_RUN=regexp: only those tests)
 #   deploy/local/run.sh up [DIR]      start everything in DIR (default: a new temporary
 #                                     directory) and print how to reach it; DIR/env has
 #                                     the addresses
@@ -89,6 +90,8 @@ start_replica() { # N
     export SANDBOT_DATA_DIR="$STATE/replica$n" SANDBOT_ADMIN_CLIENT_ID="$SANDBOT_TOPOLOGY_ADMIN_ID"
     export SANDBOT_ADMIN_CLIENT_SECRET="$SANDBOT_TOPOLOGY_ADMIN_SECRET" SANDBOT_TRUSTED_PROXIES=127.0.0.2/32
     export SANDBOT_SHUTDOWN_DRAIN=3s SANDBOT_SHUTDOWN_TIMEOUT=20s SANDBOT_LOG_LEVEL=warn
+    # Schedules with seconds, so that the cron test need not wait minutes.
+    export SANDBOT_CRON_FIELDS=6
     exec "$STATE/sandbot" serve >>"$STATE/logs/replica$n.log" 2>&1
   ) &
   echo $! >"$STATE/replica$n.pid"
@@ -239,7 +242,7 @@ test)
   trap on_exit EXIT
   up "$STATE" >/dev/null
   cd "$repo"
-  SANDBOT_TOPOLOGY="$here/run.sh" go test -tags replicas -count=1 -v -timeout 10m ./deploy/local/
+  SANDBOT_TOPOLOGY="$here/run.sh" go test -tags replicas -count=1 -v -timeout 10m ${SANDBOT_TOPOLOGY_RUN:+-run "$SANDBOT_TOPOLOGY_RUN"} ./deploy/local/
   ;;
 *)
   sed -n '2,21p' "$0" | sed 's/^# \{0,1\}//'

@@ -30,6 +30,7 @@ import (
 	"github.com/sandbot/sandbot/internal/services/fhirgraphql"
 	"github.com/sandbot/sandbot/internal/services/fhirservice"
 	"github.com/sandbot/sandbot/internal/services/jobs"
+	"github.com/sandbot/sandbot/internal/services/schedules"
 	"github.com/sandbot/sandbot/internal/services/subscriptions"
 	"github.com/sandbot/sandbot/internal/webhook"
 	"github.com/sandbot/sandbot/limits"
@@ -93,6 +94,9 @@ type Server struct {
 	// Subscriptions delivers writes to the bots that Subscriptions name;
 	// nil without a runtime or a job engine.
 	Subscriptions *subscriptions.Service
+	// Schedules runs bots on their schedules (Bot.cronString, Cron); nil
+	// without a runtime or a job engine.
+	Schedules *schedules.Service
 
 	ready atomic.Bool
 	log   *slog.Logger
@@ -142,6 +146,10 @@ func New(ctx context.Context, cfg Config, st store.Store, reg *prometheus.Regist
 			s.Subscriptions = subscriptions.New(subscriptions.Config{Store: st.(*sqlstore.Store), FHIR: s.Service, Bots: s.Bots,
 				Jobs: s.Jobs, Log: log, Registerer: reg,
 				Webhooks: webhook.New(webhook.Config{Allow: cfg.WebhookAllow, Timeout: time.Duration(cfg.Limits.WebhookSeconds) * time.Second})})
+			// Schedules keep a chain of tick tasks per schedule, started
+			// from the store's write hook.
+			s.Schedules = schedules.New(schedules.Config{Store: st.(*sqlstore.Store), Bots: s.Bots, Jobs: s.Jobs,
+				Limits: cfg.Limits, Log: log, Registerer: reg})
 		}
 	}
 	// The GraphQL schema is generated from the embedded definitions once per
@@ -185,7 +193,7 @@ func New(ctx context.Context, cfg Config, st store.Store, reg *prometheus.Regist
 	api.Use(httpx.Middleware(log, metrics))
 	// Answers that are one caller's (every authenticated route) or carry
 	// tokens, login codes or memberships are never cached.
-	api.Use(httpx.NoStore("/fhir/R4/", "/admin/", "/auth/", "/oauth2/"))
+	api.Use(httpx.NoStore("/fhir/R4/", "/admin/", "/auth/", "/oauth2/", "/webhook/"))
 	// Preflights are answered before the rate limit and authentication.
 	api.Use(httpx.NewCORS(append([]string{httpx.OriginOf(cfg.AppBaseURL)}, cfg.CORSOrigins...)).Middleware)
 	api.Use(s.closeWhileDraining)
@@ -205,6 +213,7 @@ func New(ctx context.Context, cfg Config, st store.Store, reg *prometheus.Regist
 	authAPI.Register(api)
 	adminAPI.Register(api)
 	s.FHIR.Register(api)
+	s.FHIR.RegisterWebhooks(api, auth.NewNamedRateLimiter(st, "webhook", cfg.Limits.WebhookRequestsPerMinute))
 	// Last: anything unmatched is a 404 OperationOutcome, through the same
 	// middleware (request id, access log, metrics) as every other route.
 	api.PathPrefix("/").HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -236,6 +245,9 @@ func New(ctx context.Context, cfg Config, st store.Store, reg *prometheus.Regist
 			return nil, err
 		}
 	}
+	if s.Schedules != nil {
+		s.Schedules.Start(context.WithoutCancel(ctx))
+	}
 	return s, nil
 }
 
@@ -254,6 +266,9 @@ func (s *Server) StopJobs(ctx context.Context) {
 func (s *Server) Close() {
 	now, cancel := context.WithCancel(context.Background())
 	cancel()
+	if s.Schedules != nil {
+		s.Schedules.Close()
+	}
 	s.StopJobs(now)
 	s.unsubscribe()
 	if s.Bots != nil {

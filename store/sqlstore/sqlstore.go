@@ -79,7 +79,7 @@ type Store struct {
 // it commits (SetWriteHook).
 type writeHooks struct {
 	mu      sync.RWMutex
-	onWrite func(ctx context.Context, tx store.Store, writes []store.Written) error
+	onWrite []func(ctx context.Context, tx store.Store, writes []store.Written) error
 }
 
 // SetWriteHook has fn called in every transaction that wrote resources (by
@@ -88,8 +88,15 @@ type writeHooks struct {
 // committed with them or not at all, and an error of fn rolls everything
 // back. Set it before the store serves writes.
 func (s *Store) SetWriteHook(fn func(ctx context.Context, tx store.Store, writes []store.Written) error) {
+	s.AddWriteHook(fn)
+}
+
+// AddWriteHook adds a write hook (SetWriteHook): every hook is called, in
+// the order they were added, and the first error rolls the transaction
+// back. SetWriteHook is the same call.
+func (s *Store) AddWriteHook(fn func(ctx context.Context, tx store.Store, writes []store.Written) error) {
 	s.hooks.mu.Lock()
-	s.hooks.onWrite = fn
+	s.hooks.onWrite = append(s.hooks.onWrite, fn)
 	s.hooks.mu.Unlock()
 }
 
@@ -348,9 +355,9 @@ func (s *Store) runTx(ctx context.Context, fn func(tx store.Store) error) error 
 	}
 	if writes := *child.written; len(writes) > 0 {
 		s.hooks.mu.RLock()
-		hook := s.hooks.onWrite
+		hooks := s.hooks.onWrite
 		s.hooks.mu.RUnlock()
-		if hook != nil {
+		for _, hook := range hooks {
 			if err := hook(ctx, &child, writes); err != nil {
 				tx.Rollback()
 				return err

@@ -8,8 +8,8 @@ import (
 
 	"github.com/sandbot/sandbot/fhir"
 	"github.com/sandbot/sandbot/fhir/definitions"
-	"github.com/sandbot/sandbot/internal/principal"
 	"github.com/sandbot/sandbot/internal/handlers/httpx"
+	"github.com/sandbot/sandbot/internal/principal"
 )
 
 // definitionRoutes add ValueSet/$expand (the FHIR service's Expand, over

@@ -22,6 +22,7 @@ import (
 // request.
 type RateLimiter struct {
 	store  store.Store
+	name   string
 	limit  int64
 	window time.Duration
 
@@ -38,7 +39,14 @@ const maxRefused = 100000
 // NewRateLimiter allows lim.AuthRequestsPerMinute requests per address
 // (zero: the default; negative: no limit), counted in s.
 func NewRateLimiter(s store.Store, lim limits.Limits) *RateLimiter {
-	return &RateLimiter{store: s, limit: lim.WithDefaults().AuthRequestsPerMinute, window: time.Minute, refused: map[string]time.Time{}}
+	return NewNamedRateLimiter(s, "auth", lim.WithDefaults().AuthRequestsPerMinute)
+}
+
+// NewNamedRateLimiter allows perMinute requests per address (negative: no
+// limit) to what name counts (the public webhooks, say), counted in s
+// apart from every other limiter's.
+func NewNamedRateLimiter(s store.Store, name string, perMinute int64) *RateLimiter {
+	return &RateLimiter{store: s, name: name, limit: perMinute, window: time.Minute, refused: map[string]time.Time{}}
 }
 
 // Count is what the limiter decided about one request.
@@ -60,7 +68,7 @@ func (l *RateLimiter) Hit(ctx context.Context, addr string) (Count, error) {
 	n, ends := l.limit+1, l.refusedUntil(addr)
 	if ends.IsZero() {
 		var err error
-		if n, ends, err = l.store.CountHit(ctx, "auth "+addr, l.window); err != nil {
+		if n, ends, err = l.store.CountHit(ctx, l.name+" "+addr, l.window); err != nil {
 			return Count{}, err
 		}
 	}

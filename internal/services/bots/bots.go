@@ -40,6 +40,10 @@ const (
 	TriggerLocal   Trigger = "local"   // sandbot bot run
 	// TriggerSubscription: a Subscription's delivery (internal/services/subscriptions).
 	TriggerSubscription Trigger = "subscription"
+	// TriggerCron: a tick of a Bot's or a Cron's schedule (internal/services/schedules).
+	TriggerCron Trigger = "cron"
+	// TriggerWebhook: POST /webhook/{membership} without a token (Webhook).
+	TriggerWebhook Trigger = "webhook"
 )
 
 // Execute asks for one execution of a Bot.

@@ -196,6 +196,7 @@ var Rules = []Rule{
 	{Type: "User", Roles: Member, Deny: OpAll},
 	{Type: "UserSecurityRequest", Roles: Member, Deny: OpAll},
 	{Type: "PasswordChangeRequest", Roles: Member, Deny: OpAll},
+	{Type: "Cron", Roles: Member, Deny: OpAll, Message: "Only project admins read and write Cron resources"},
 	{Type: "Project", Roles: ProjectAdmin, Deny: OpCreate | OpDelete},
 	{Type: "ProjectMembership", Roles: ProjectAdmin, Deny: OpWrite,
 		Message: "Project admins change memberships through /admin/projects/{projectId}/members/{membershipId} and invite through /admin/projects/{projectId}/invite"},
@@ -219,6 +220,7 @@ var Rules = []Rule{
 	{Type: "Project", Roles: Bot, Deny: OpWrite},
 	{Type: "AccessPolicy", Roles: Bot, Deny: OpWrite},
 	{Type: "ProjectMembership", Roles: Bot, Deny: OpWrite},
+	{Type: "Cron", Roles: Bot, Deny: OpWrite, Message: "A bot cannot schedule bots"},
 	{Type: "Bot", Field: "timeout", Roles: Bot, Access: ReadOnly},
 	{Type: "Bot", Field: "executableCode", Roles: Bot, Access: ReadOnly},
 	{Type: "Bot", Field: "runtimeVersion", Roles: Bot, Access: ReadOnly},
@@ -359,7 +361,7 @@ func authorizeType(p *principal.Principal, typ string, op Op) error {
 // them alone, never an access policy (a "*" entry does not grant them).
 var adminTypes = map[string]bool{
 	"AccessPolicy": true, "Project": true, "ProjectMembership": true, "User": true, "UserSecurityRequest": true, "PasswordChangeRequest": true,
-	"Login": true, "JsonWebKey": true, "DomainConfiguration": true,
+	"Login": true, "JsonWebKey": true, "DomainConfiguration": true, "Cron": true,
 }
 
 // forbiddenField is the refusal of a write to a field.

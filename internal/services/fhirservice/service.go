@@ -350,6 +350,11 @@ func (s *Service) create(ctx context.Context, p *principal.Principal, res fhir.R
 			return nil, err
 		}
 	}
+	if scheduled(typ) {
+		if err := s.checkSchedule(ctx, s.st, project, res); err != nil {
+			return nil, err
+		}
+	}
 	w := store.Write{Project: project, Author: p.Author(), CheckReferences: !p.SuperAdmin}
 	switch typ {
 	case "Project":
@@ -496,6 +501,11 @@ func (s *Service) modify(ctx context.Context, p *principal.Principal, typ, id, i
 			}
 			if typ == "Subscription" && !p.IsSystem() {
 				if err := s.checkSubscription(ctx, p, next); err != nil {
+					return nil, err
+				}
+			}
+			if scheduled(typ) {
+				if err := s.checkSchedule(ctx, tx, cur.MetaProject(), next); err != nil {
 					return nil, err
 				}
 			}

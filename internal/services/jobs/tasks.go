@@ -30,6 +30,13 @@ type Task struct {
 	// enqueued before it is still to run, running or waiting to be tried
 	// again (one that gave up no longer holds the others back).
 	Order string
+	// At, when set, is when it becomes due (River's job scheduler, which
+	// runs on the elected leader every few seconds, makes it available).
+	At time.Time
+	// Unique enqueues it only if no task of the same kind, project and
+	// payload is waiting, running or completed (within River's retention):
+	// a second Enqueue of the same task, from any process, is a no-op.
+	Unique bool
 }
 
 // orderWait is how long a task whose predecessor is not done waits before
@@ -94,6 +101,12 @@ func (e *Engine) Enqueue(ctx context.Context, tx store.Store, t Task) error {
 	opts := &river.InsertOpts{Queue: reg.queue, Priority: priorityFor(n, e.cfg.Workers), Metadata: meta}
 	if t.MaxAttempts > 0 {
 		opts.MaxAttempts = t.MaxAttempts
+	}
+	if !t.At.IsZero() {
+		opts.ScheduledAt = t.At
+	}
+	if t.Unique {
+		opts.UniqueOpts = river.UniqueOpts{ByArgs: true}
 	}
 	_, err = client.InsertTx(ctx, sqlTx, args{K: t.Kind, Project: t.Project, Payload: t.Payload}, opts)
 	if err == nil {
