@@ -13,3 +13,6 @@ CREATE TABLE module_artifacts (
     created_at  BIGINT NOT NULL,
     PRIMARY KEY (module_hash, platform)
 );
+-- Machine code barely compresses: stored out of line as is, without
+-- PostgreSQL trying (pglz over 15 MB took most of a store's time).
+ALTER TABLE module_artifacts ALTER COLUMN code SET STORAGE EXTERNAL;
