@@ -1,9 +1,11 @@
 package runtime
 
 import (
+	"bytes"
 	"context"
 	"crypto/hmac"
 	"crypto/sha256"
+	"encoding/binary"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -40,6 +42,11 @@ type Artifact struct {
 	// Name is the file's path in wazero's cache directory.
 	Name string
 	Code []byte
+	// Prepared is the module as the producing replica prepared it (the
+	// rewrite's output and what the runtime keeps of its parse), so that a
+	// replica loading the artifact skips the pre-parse and rewrite
+	// (encodePrepared); empty: it prepares the module itself.
+	Prepared []byte
 	// MAC is the hex HMAC-SHA256 of the fields above (artifactMAC).
 	MAC string
 }
@@ -84,7 +91,9 @@ func artifactMAC(key []byte, a *Artifact) string {
 	for _, f := range []string{a.ModuleHash, a.Platform, a.Name} {
 		fmt.Fprintf(m, "%d:%s\n", len(f), f)
 	}
+	fmt.Fprintf(m, "%d:", len(a.Code))
 	m.Write(a.Code)
+	m.Write(a.Prepared)
 	return hex.EncodeToString(m.Sum(nil))
 }
 
@@ -153,36 +162,36 @@ func validArtifactName(platform, name string) bool {
 // fetchArtifact looks for another replica's compiled code of the module and,
 // if it is there, trusted and built for this platform, puts it into the
 // cache directory, where load finds it. It reports whether it did.
-func (r *Runtime) fetchArtifact(ctx context.Context, sh *artifactSharing, hash string) bool {
+func (r *Runtime) fetchArtifact(ctx context.Context, sh *artifactSharing, hash string) *Artifact {
 	if r.platform == "" || r.cfg.Limits.ModuleArtifactBytes <= 0 {
-		return false
+		return nil
 	}
 	a, err := sh.store.LoadArtifact(ctx, hash, r.platform)
 	if err != nil {
 		r.metrics.artifacts.WithLabelValues("failed").Inc()
 		r.log.Warn("bot module artifact: load", "hash", hash, "err", err)
-		return false
+		return nil
 	}
 	if a == nil {
-		return false
+		return nil
 	}
 	if a.ModuleHash != hash || a.Platform != r.platform || !validArtifactName(r.platform, a.Name) ||
-		int64(len(a.Code)) > r.cfg.Limits.ModuleArtifactBytes ||
+		int64(len(a.Code))+int64(len(a.Prepared)) > r.cfg.Limits.ModuleArtifactBytes ||
 		!hmac.Equal([]byte(artifactMAC(sh.key, a)), []byte(a.MAC)) {
 		r.metrics.artifacts.WithLabelValues("rejected").Inc()
 		r.log.Warn("bot module artifact refused: not authenticated or over the size bound; compiling instead", "hash", hash, "bytes", len(a.Code))
-		return false
+		return nil
 	}
 	dst := filepath.Join(r.cacheDir, filepath.FromSlash(a.Name))
 	if _, err := os.Stat(dst); err == nil {
-		return true
+		return a
 	}
 	if err := writeFileAtomic(dst, a.Code); err != nil {
 		r.metrics.artifacts.WithLabelValues("failed").Inc()
 		r.log.Warn("bot module artifact: write", "hash", hash, "err", err)
-		return false
+		return nil
 	}
-	return true
+	return a
 }
 
 // writeFileAtomic writes data to path through a temporary file and a
@@ -263,4 +272,45 @@ func (r *Runtime) storeArtifact(ctx context.Context, sh *artifactSharing, a *Art
 		return
 	}
 	r.metrics.artifacts.WithLabelValues("stored").Inc()
+}
+
+// prepFingerprint identifies what preparing a module depends on besides its
+// bytes: the module budget and the stack limit. A replica uses another's
+// prepared module only if they agree (else it prepares the module itself,
+// and wazero then finds no code for its own preparation: it compiles).
+func (r *Runtime) prepFingerprint() [32]byte {
+	return sha256.Sum256(fmt.Appendf(nil, "%+v/%d", r.budget, r.stackSlots))
+}
+
+// encodePrepared is fingerprint, instance bytes, image length, image,
+// prepared module.
+func (r *Runtime) encodePrepared(prepared []byte, info *moduleInfo) []byte {
+	fp := r.prepFingerprint()
+	out := make([]byte, 0, 32+8+8+len(info.image)+len(prepared))
+	out = append(out, fp[:]...)
+	out = binary.LittleEndian.AppendUint64(out, info.instanceBytes)
+	out = binary.LittleEndian.AppendUint64(out, uint64(len(info.image)))
+	out = append(out, info.image...)
+	return append(out, prepared...)
+}
+
+// decodePrepared undoes encodePrepared; nil when b is not for this runtime.
+func (r *Runtime) decodePrepared(b []byte) ([]byte, *moduleInfo) {
+	fp := r.prepFingerprint()
+	if len(b) < 48 || !bytes.Equal(b[:32], fp[:]) {
+		return nil, nil
+	}
+	info := &moduleInfo{instanceBytes: binary.LittleEndian.Uint64(b[32:40])}
+	n := binary.LittleEndian.Uint64(b[40:48])
+	if n > uint64(len(b)-48) {
+		return nil, nil
+	}
+	if n > 0 {
+		info.image = b[48 : 48+n]
+	}
+	prepared := b[48+n:]
+	if len(prepared) == 0 {
+		return nil, nil
+	}
+	return prepared, info
 }

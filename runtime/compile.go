@@ -191,23 +191,38 @@ func (r *Runtime) compile(ctx context.Context, hash string, wasm []byte) (*Modul
 		ctx, cancel = context.WithDeadline(ctx, start.Add(time.Duration(r.cfg.Limits.CompileSeconds)*time.Second))
 		defer cancel()
 	}
-	imports, prepared, info, err := prepareModule(wasm, &r.budget, r.stackSlots)
-	if err != nil {
-		var me *ModuleError
-		if errors.As(err, &me) {
-			return nil, err
-		}
-		return nil, moduleErrorf("invalid module: %v", err)
-	}
-	if err := r.checkImportNames(imports); err != nil {
-		return nil, err
-	}
-	// Another replica's compiled code, if it shared it (artifact.go).
+	// Another replica's compiled code, if it shared it (artifact.go), with
+	// the module as it prepared it.
 	var cm wazero.CompiledModule
 	var usage childUsage
 	var art *Artifact
+	var prepared []byte
+	var info *moduleInfo
 	sh := artifactsOf(ctx)
-	if sh != nil && r.fetchArtifact(ctx, sh, hash) {
+	fetched := false
+	if sh != nil {
+		if a := r.fetchArtifact(ctx, sh, hash); a != nil {
+			fetched = true
+			prepared, info = r.decodePrepared(a.Prepared)
+		}
+	}
+	if prepared == nil {
+		var imports []wasmImport
+		var err error
+		imports, prepared, info, err = prepareModule(wasm, &r.budget, r.stackSlots)
+		if err != nil {
+			var me *ModuleError
+			if errors.As(err, &me) {
+				return nil, err
+			}
+			return nil, moduleErrorf("invalid module: %v", err)
+		}
+		if err := r.checkImportNames(imports); err != nil {
+			return nil, err
+		}
+	}
+	var err error
+	if fetched {
 		if cm, err = r.load(prepared); err == nil {
 			r.metrics.artifacts.WithLabelValues("loaded").Inc()
 		} else {
@@ -233,6 +248,7 @@ func (r *Runtime) compile(ctx context.Context, hash string, wasm []byte) (*Modul
 	if sh != nil && art != nil {
 		// Stored before the compilation returns: a deploy answers once
 		// every replica can load the module.
+		art.Prepared = r.encodePrepared(prepared, info)
 		r.storeArtifact(ctx, sh, art)
 	}
 	m.hash = hash

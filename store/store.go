@@ -207,6 +207,7 @@ type ModuleArtifact struct {
 	Platform   string
 	Name       string
 	Code       []byte
+	Prepared   []byte
 	MAC        string
 }
 

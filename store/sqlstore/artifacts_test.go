@@ -32,11 +32,11 @@ func TestModuleArtifacts(t *testing.T) {
 			code := make([]byte, 15<<20)
 			rand.Read(code)
 			start := time.Now()
-			if err := st.PutModuleArtifact(ctx, &store.ModuleArtifact{ModuleHash: "h", Platform: "p", Name: "p/x", Code: code, MAC: "m1"}); err != nil {
+			if err := st.PutModuleArtifact(ctx, &store.ModuleArtifact{ModuleHash: "h", Platform: "p", Name: "p/x", Code: code, Prepared: []byte("prep"), MAC: "m1"}); err != nil {
 				t.Fatal(err)
 			}
 			t.Logf("stored 15 MiB in %v", time.Since(start))
-			if err := st.PutModuleArtifact(ctx, &store.ModuleArtifact{ModuleHash: "h", Platform: "p", Name: "p/y", Code: []byte("other"), MAC: "m2"}); err != nil {
+			if err := st.PutModuleArtifact(ctx, &store.ModuleArtifact{ModuleHash: "h", Platform: "p", Name: "p/y", Code: []byte("other"), Prepared: []byte("prep2"), MAC: "m2"}); err != nil {
 				t.Fatal(err)
 			}
 			start = time.Now()
@@ -45,7 +45,7 @@ func TestModuleArtifacts(t *testing.T) {
 				t.Fatal(err)
 			}
 			t.Logf("read 15 MiB in %v", time.Since(start))
-			if a.Name != "p/x" || a.MAC != "m1" || !bytes.Equal(a.Code, code) {
+			if a.Name != "p/x" || a.MAC != "m1" || !bytes.Equal(a.Code, code) || string(a.Prepared) != "prep" {
 				t.Errorf("read back %q %q %d bytes", a.Name, a.MAC, len(a.Code))
 			}
 			if a, err := st.ModuleArtifact(ctx, "h", "other"); a != nil || err != nil {

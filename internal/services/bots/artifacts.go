@@ -29,11 +29,11 @@ func (a *artifacts) LoadArtifact(ctx context.Context, moduleHash, platform strin
 	if m == nil || err != nil {
 		return nil, err
 	}
-	return &runtime.Artifact{ModuleHash: m.ModuleHash, Platform: m.Platform, Name: m.Name, Code: m.Code, MAC: m.MAC}, nil
+	return &runtime.Artifact{ModuleHash: m.ModuleHash, Platform: m.Platform, Name: m.Name, Code: m.Code, Prepared: m.Prepared, MAC: m.MAC}, nil
 }
 
 func (a *artifacts) StoreArtifact(ctx context.Context, r *runtime.Artifact) error {
-	return a.st.PutModuleArtifact(ctx, &store.ModuleArtifact{ModuleHash: r.ModuleHash, Platform: r.Platform, Name: r.Name, Code: r.Code, MAC: r.MAC})
+	return a.st.PutModuleArtifact(ctx, &store.ModuleArtifact{ModuleHash: r.ModuleHash, Platform: r.Platform, Name: r.Name, Code: r.Code, Prepared: r.Prepared, MAC: r.MAC})
 }
 
 // sharing returns ctx with the runtime told to share compiled modules
