@@ -54,9 +54,10 @@ func freshRuntime(t *testing.T) (*Runtime, *prometheus.Registry) {
 }
 
 // TestArtifactsShared: a module compiled by one runtime is loaded by
-// another from the shared artifact, without a compiler child; an artifact
-// whose code, name or MAC was changed, or made under another key, is
-// refused and the module compiled.
+// another from the shared artifact, with the prepared module it carries and
+// without a compiler child; an artifact whose code, prepared module, name,
+// module or MAC was changed, or made under another key, or over the size
+// bound, is refused and the module compiled.
 func TestArtifactsShared(t *testing.T) {
 	wasm := fixture(t, "echo.wasm")
 	key := []byte("0123456789abcdef0123456789abcdef")
@@ -70,6 +71,11 @@ func TestArtifactsShared(t *testing.T) {
 	}
 	if testutil.ToFloat64(one.metrics.artifacts.WithLabelValues("stored")) != 1 || len(st.m) != 1 {
 		t.Fatalf("stored: %v", st.m)
+	}
+	for _, a := range st.m {
+		if p, _ := one.decodePrepared(a.Prepared); p == nil {
+			t.Fatal("the artifact does not carry the prepared module")
+		}
 	}
 	two, _ := freshRuntime(t)
 	m, err := two.Compile(WithArtifacts(context.Background(), st, key), wasm)
@@ -99,6 +105,7 @@ func TestArtifactsShared(t *testing.T) {
 			a.MAC = artifactMAC(key, a)
 		},
 		"mac":      func(a *Artifact) { a.MAC = "00" + a.MAC[2:] },
+		"prepared": func(a *Artifact) { a.Prepared = append([]byte(nil), a.Prepared...); a.Prepared[len(a.Prepared)-1] ^= 1 },
 		"oversize": func(a *Artifact) {},
 	}
 	for what, change := range tampered {
