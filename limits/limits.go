@@ -102,6 +102,10 @@ type Limits struct {
 	// expensive to compile. A module already deployed is compiled again
 	// (another replica, the cache) under CompileCPUSeconds alone.
 	CompileSeconds int64
+	// ModuleArtifactBytes bounds the compiled machine code of one module
+	// that a replica shares with the others through the database (and
+	// accepts from them); larger artifacts are compiled by each replica.
+	ModuleArtifactBytes int64
 
 	// Module structure, checked at deploy before wazero sees the module
 	// (runtime/wasmparse.go): compile time and memory, and what each
@@ -195,6 +199,8 @@ func Default() Limits {
 		CompileCPUSeconds:  60,
 		CompileMemoryBytes: 2 << 30,
 		CompileSeconds:     4,
+		// The Go hello example (3.6 MB of wasm) compiles to about 12 MB.
+		ModuleArtifactBytes: 128 << 20,
 
 		// Browsers' limits where they have one (V8: 50,000 locals per
 		// function, 65,520 br_table targets); the others leave Go bots
@@ -266,6 +272,7 @@ func (l Limits) WithDefaults() Limits {
 	set(&l.CompileCPUSeconds, d.CompileCPUSeconds)
 	set(&l.CompileMemoryBytes, d.CompileMemoryBytes)
 	set(&l.CompileSeconds, d.CompileSeconds)
+	set(&l.ModuleArtifactBytes, d.ModuleArtifactBytes)
 	set(&l.ModuleFunctions, d.ModuleFunctions)
 	set(&l.ModuleFunctionBytes, d.ModuleFunctionBytes)
 	set(&l.ModuleCodeBytes, d.ModuleCodeBytes)
@@ -352,6 +359,8 @@ func Settings() []Setting {
 			Min: 64 << 20, Max: 1 << 40, Field: func(l *Limits) *int64 { return &l.CompileMemoryBytes }},
 		{Env: "SANDBOT_COMPILE_SECONDS", Flag: "compile-seconds", Usage: "wall-clock limit of a compilation at $deploy (over: 400)",
 			Min: 1, Max: 3600, Field: func(l *Limits) *int64 { return &l.CompileSeconds }},
+		{Env: "SANDBOT_MODULE_ARTIFACT_BYTES", Flag: "module-artifact-bytes", Usage: "compiled code of one module shared between replicas through the database (larger: each replica compiles)",
+			Min: 0, Max: 1 << 30, ZeroIsOff: true, Field: func(l *Limits) *int64 { return &l.ModuleArtifactBytes }},
 		{Env: "SANDBOT_MODULE_MAX_FUNCTIONS", Flag: "module-max-functions", Usage: "functions of a bot module, imported and defined",
 			Min: 1, Max: 1 << 24, Field: func(l *Limits) *int64 { return &l.ModuleFunctions }},
 		{Env: "SANDBOT_MODULE_MAX_FUNCTION_BYTES", Flag: "module-max-function-bytes", Usage: "bytes of one function body of a bot module",

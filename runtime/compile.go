@@ -191,29 +191,65 @@ func (r *Runtime) compile(ctx context.Context, hash string, wasm []byte) (*Modul
 		ctx, cancel = context.WithDeadline(ctx, start.Add(time.Duration(r.cfg.Limits.CompileSeconds)*time.Second))
 		defer cancel()
 	}
-	imports, prepared, info, err := prepareModule(wasm, &r.budget, r.stackSlots)
-	if err != nil {
-		var me *ModuleError
-		if errors.As(err, &me) {
+	// Another replica's compiled code, if it shared it (artifact.go), with
+	// the module as it prepared it.
+	var cm wazero.CompiledModule
+	var usage childUsage
+	var art *Artifact
+	var prepared []byte
+	var info *moduleInfo
+	sh := artifactsOf(ctx)
+	fetched := false
+	if sh != nil {
+		if a := r.fetchArtifact(ctx, sh, hash); a != nil {
+			fetched = true
+			prepared, info = r.decodePrepared(a.Prepared)
+		}
+	}
+	if prepared == nil {
+		var imports []wasmImport
+		var err error
+		imports, prepared, info, err = prepareModule(wasm, &r.budget, r.stackSlots)
+		if err != nil {
+			var me *ModuleError
+			if errors.As(err, &me) {
+				return nil, err
+			}
+			return nil, moduleErrorf("invalid module: %v", err)
+		}
+		if err := r.checkImportNames(imports); err != nil {
 			return nil, err
 		}
-		return nil, moduleErrorf("invalid module: %v", err)
 	}
-	if err := r.checkImportNames(imports); err != nil {
-		return nil, err
+	var err error
+	if fetched {
+		if cm, err = r.load(prepared); err == nil {
+			r.metrics.artifacts.WithLabelValues("loaded").Inc()
+		} else {
+			// Built for another CPU (wazero's file name differs) or
+			// otherwise unusable here: compile.
+			cm = nil
+			r.metrics.artifacts.WithLabelValues("unusable").Inc()
+		}
 	}
-	usage, err := r.compileInChild(ctx, prepared)
-	if err != nil {
-		return nil, err
-	}
-	cm, err := r.load(prepared)
-	if err != nil {
-		return nil, err
+	if cm == nil {
+		if usage, art, err = r.compileInChild(ctx, prepared, hash); err != nil {
+			return nil, err
+		}
+		if cm, err = r.load(prepared); err != nil {
+			return nil, err
+		}
 	}
 	m, err := r.checkShape(cm, info)
 	if err != nil {
 		_ = cm.Close(context.Background())
 		return nil, err
+	}
+	if sh != nil && art != nil {
+		// Stored before the compilation returns: a deploy answers once
+		// every replica can load the module.
+		art.Prepared = r.encodePrepared(prepared, info)
+		r.storeArtifact(ctx, sh, art)
 	}
 	m.hash = hash
 	m.size = len(wasm)
@@ -274,14 +310,26 @@ type childUsage struct {
 	maxRSS int64 // bytes
 }
 
-// compileInChild runs the compiler child on prepared, in a compile slot.
-func (r *Runtime) compileInChild(ctx context.Context, prepared []byte) (childUsage, error) {
-	u, err := r.runChild(ctx, prepared)
+// compileInChild runs the compiler child on prepared, in a compile slot,
+// writing into a directory of its own, whose file it then moves into the
+// cache directory: the child's output is known exactly, to be shared
+// (artifact.go). The artifact is nil when it cannot be shared.
+func (r *Runtime) compileInChild(ctx context.Context, prepared []byte, hash string) (childUsage, *Artifact, error) {
+	dir, err := os.MkdirTemp(r.cacheDir, ".child-")
+	if err != nil {
+		return childUsage{}, nil, fmt.Errorf("runtime: compiler child: %w", err)
+	}
+	defer os.RemoveAll(dir)
+	u, err := r.runChild(ctx, prepared, dir)
 	r.lastChild.Store(&u)
-	return u, err
+	if err != nil {
+		return u, nil, err
+	}
+	a, err := r.childOutput(dir, hash)
+	return u, a, err
 }
 
-func (r *Runtime) runChild(ctx context.Context, prepared []byte) (usage childUsage, err error) {
+func (r *Runtime) runChild(ctx context.Context, prepared []byte, dir string) (usage childUsage, err error) {
 	if !compilerChildEnabled.Load() {
 		return usage, errors.New("runtime: this program does not run the compiler child: call runtime.RunCompilerChild first in main (and in TestMain)")
 	}
@@ -317,7 +365,7 @@ func (r *Runtime) runChild(ctx context.Context, prepared []byte) (usage childUsa
 	// Only what the child needs: the server's environment holds secrets.
 	cmd.Env = []string{
 		childEnv + "=1",
-		childCacheEnv + "=" + r.cacheDir,
+		childCacheEnv + "=" + dir,
 		childMemEnv + "=" + strconv.FormatInt(lim.CompileMemoryBytes, 10),
 		childCPUEnv + "=" + strconv.FormatInt(lim.CompileCPUSeconds, 10),
 		"GOMAXPROCS=" + strconv.Itoa(compileThreads()),

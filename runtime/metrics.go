@@ -17,6 +17,7 @@ type metrics struct {
 	cachedBytes     prometheus.Gauge
 	guestMemory     prometheus.Histogram
 	childCompiles   prometheus.Counter
+	artifacts       *prometheus.CounterVec
 	compileRefused  prometheus.Counter
 	admission       *prometheus.CounterVec
 	reservedBytes   prometheus.Gauge
@@ -69,6 +70,10 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "sandbot_bot_compiler_children_total",
 			Help: "Compiler child processes started (one per compilation).",
 		}),
+		artifacts: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sandbot_bot_module_artifacts_total",
+			Help: "Compiled modules shared through the database, by result: loaded (another replica's code, instead of compiling), stored, rejected (failed verification or over the size bound: compiled here instead), unusable (built for another CPU), failed (the database did not answer).",
+		}, []string{"result"}),
 		compileRefused: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "sandbot_bot_compile_refused_total",
 			Help: "Compilations refused because every compile slot was taken and the queue was full.",
@@ -102,6 +107,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		m.cachedBytes = register(reg, m.cachedBytes)
 		m.guestMemory = register(reg, m.guestMemory)
 		m.childCompiles = register(reg, m.childCompiles)
+		m.artifacts = register(reg, m.artifacts)
 		m.compileRefused = register(reg, m.compileRefused)
 		m.admission = register(reg, m.admission)
 		m.reservedBytes = register(reg, m.reservedBytes)

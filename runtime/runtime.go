@@ -76,8 +76,11 @@ type Runtime struct {
 	stackSlots uint32
 	// cacheDir is wazero's on-disk cache, which the compiler child writes;
 	// ownCacheDir: a temporary one, removed at Close.
-	cacheDir       string
-	ownCacheDir    bool
+	cacheDir    string
+	ownCacheDir bool
+	// platform is wazero's cache directory name for this build, "" when
+	// compiled code is not shared (artifact.go).
+	platform       string
 	compileSlots   chan struct{}
 	compileWaiting atomic.Int64
 	admission      *admission
@@ -161,6 +164,7 @@ func New(ctx context.Context, cfg Config) (*Runtime, error) {
 		},
 		stackSlots:   uint32(min(l.BotStackBytes/8, 1<<30)),
 		cacheDir:     cacheDir,
+		platform:     platform(cacheDir),
 		ownCacheDir:  ownCacheDir,
 		compileSlots: make(chan struct{}, max(l.CompileConcurrency, 1)),
 		admission: newAdmission(l.ExecutionMemoryBytes, l.ProjectExecutionPercent, int(l.ExecutionsPerCore)*goruntime.GOMAXPROCS(0),

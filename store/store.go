@@ -204,3 +204,25 @@ func SearchResources(ctx context.Context, s Store, scope Scope, resourceType, qu
 	}
 	return out, nil
 }
+
+// ModuleArtifact is a bot module's compiled machine code, kept for every
+// replica (runtime.Artifact; docs/decisions.md 41).
+type ModuleArtifact struct {
+	ModuleHash string
+	Platform   string
+	Name       string
+	Code       []byte
+	Prepared   []byte
+	MAC        string
+}
+
+// ModuleArtifacts is implemented by stores that keep compiled bot modules
+// for every process on the database (sqlstore).
+type ModuleArtifacts interface {
+	// ModuleArtifact returns the artifact of moduleHash for platform, or
+	// nil when there is none.
+	ModuleArtifact(ctx context.Context, moduleHash, platform string) (*ModuleArtifact, error)
+	// PutModuleArtifact keeps a unless one of the same module and platform
+	// is kept already.
+	PutModuleArtifact(ctx context.Context, a *ModuleArtifact) error
+}

@@ -31,6 +31,9 @@ type config struct {
 	AdminClientID     string
 	AdminClientSecret string
 	SMTPURL           string
+	// ModuleArtifactKey authenticates the compiled modules replicas share
+	// (docs/decisions.md 41); empty uses a key kept in the database.
+	ModuleArtifactKey string
 	// AppBaseURL is where the web app is served (its set-password page
 	// receives invitation links); empty means BaseURL.
 	AppBaseURL string
@@ -82,6 +85,7 @@ func configFlags(fs *flag.FlagSet, cfg *config) {
 	str(&cfg.DataDir, "data-dir", "SANDBOT_DATA_DIR", "./sandbot-data", "directory of the embedded store and the module compilation cache")
 	str(&cfg.AdminClientID, "admin-client-id", "SANDBOT_ADMIN_CLIENT_ID", "", "id of the bootstrap super-admin ClientApplication (generated if empty)")
 	str(&cfg.AdminClientSecret, "admin-client-secret", "SANDBOT_ADMIN_CLIENT_SECRET", "", "secret of the bootstrap super-admin ClientApplication (generated if empty)")
+	str(&cfg.ModuleArtifactKey, "module-artifact-key", "SANDBOT_MODULE_ARTIFACT_KEY", "", "key (32 characters or more, the same on every replica, kept out of the database) that authenticates the compiled bot modules replicas share through the database; empty: a key kept in the database")
 	str(&cfg.SMTPURL, "smtp-url", "SANDBOT_SMTP_URL", "", "smtp://user:pass@host:port for invitation e-mails; empty logs them")
 	str(&cfg.AppBaseURL, "app-base-url", "SANDBOT_APP_BASE_URL", "", "base URL of the web app: invitation links point at <app>setpassword/…, and its origin may call the API (empty: the base URL)")
 	str(&cfg.CORSOrigins, "cors-origins", "SANDBOT_CORS_ORIGINS", "", "comma-separated origins (https://app.example.com) whose browser apps may call the API")
@@ -184,6 +188,9 @@ func (c *config) validate() error {
 	}
 	if c.AdminClientSecret != "" && len(c.AdminClientSecret) < 16 {
 		bad("SANDBOT_ADMIN_CLIENT_SECRET must be at least 16 characters")
+	}
+	if c.ModuleArtifactKey != "" && len(c.ModuleArtifactKey) < 32 {
+		bad("SANDBOT_MODULE_ARTIFACT_KEY must be at least 32 characters")
 	}
 	if c.SMTPURL != "" {
 		if su, err := url.Parse(c.SMTPURL); err != nil || (su.Scheme != "smtp" && su.Scheme != "smtps") || su.Host == "" {

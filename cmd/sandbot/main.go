@@ -209,6 +209,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		Version:           buildVersion(),
 		Dialect:           string(st.Dialect()),
 		SMTPURL:           cfg.SMTPURL,
+		ModuleArtifactKey: []byte(cfg.ModuleArtifactKey),
 		AppBaseURL:        cfg.AppBaseURL,
 		CORSOrigins:       cfg.corsOrigins,
 		TrustedProxies:    cfg.Proxies,

@@ -956,3 +956,72 @@ func TestCronOncePerTickAcrossReplicas(t *testing.T) {
 	}
 	onceEach(runs)
 }
+
+var (
+	childLine    = regexp.MustCompile(`(?m)^sandbot_bot_compiler_children_total (\d+)$`)
+	artifactLine = regexp.MustCompile(`(?m)^sandbot_bot_module_artifacts_total\{result="loaded"\} (\d+)$`)
+)
+
+// counterOf reads one counter from replica r's metrics (0 when absent).
+func counterOf(t *testing.T, r int, re *regexp.Regexp) int {
+	a := must(t, send(client, "GET", topo.ops[r]+"metrics", "", nil, ""), 200, "metrics")
+	m := re.FindSubmatch(a.body)
+	if m == nil {
+		return 0
+	}
+	n, _ := strconv.Atoi(string(m[1]))
+	return n
+}
+
+// TestFirstExecutionRightAfterDeploy deploys a Go module no replica has seen
+// on replica 1 and executes it on replicas 2 and 3 10 ms after the deploy
+// answered, at the same time: they load the code replica 1 compiled and
+// stored (docs/decisions.md 41) and start no compiler child. The first
+// executions' times are logged (FIGURE); the bound is loose
+// (firstExecutionLimit's lenient value), the target is checked with
+// SANDBOT_STRICT_TIMING=1.
+func TestFirstExecutionRightAfterDeploy(t *testing.T) {
+	p := newProject(t, "first")
+	hello, err := os.ReadFile(filepath.Join("..", "..", "examples", "hello", "hello.wasm"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	wasm := append(append([]byte(nil), hello...), customSection(fmt.Sprintf("first-%d", time.Now().UnixNano()))...)
+	children := []int{counterOf(t, 1, childLine), counterOf(t, 2, childLine)}
+	loaded := []int{counterOf(t, 1, artifactLine), counterOf(t, 2, artifactLine)}
+	id := must(t, send(client, "POST", topo.lb+"fhir/R4/Bot", p.owner, map[string]any{"resourceType": "Bot", "name": "first"}, ""), 201, "bot").json()["id"].(string)
+	for r := 1; r < 3; r++ { // the caller's credentials cached on every replica
+		must(t, send(client, "GET", topo.api[r]+"fhir/R4/Bot/"+id, p.owner, nil, ""), 200, "read bot")
+	}
+	start := time.Now()
+	must(t, send(client, "POST", topo.api[0]+"fhir/R4/Bot/"+id+"/$deploy", p.owner, wasm, "application/wasm"), 200, "deploy")
+	t.Logf("FIGURE first: deploy of a %d-byte Go bot on replica 1 took %v", len(wasm), time.Since(start).Round(time.Millisecond))
+	time.Sleep(10 * time.Millisecond)
+	firsts := make([]time.Duration, 2)
+	var wg sync.WaitGroup
+	for i := range firsts {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			start := time.Now()
+			a := send(client, "POST", topo.api[i+1]+"fhir/R4/Bot/"+id+"/$execute", p.owner, `{"name":"Ada"}`, "application/json")
+			firsts[i] = time.Since(start)
+			if a.status != 200 || !strings.Contains(string(a.body), "Hello, Ada") {
+				t.Errorf("replica %d: %d %s", i+2, a.status, a.body)
+			}
+		}()
+	}
+	wg.Wait()
+	for i, d := range firsts {
+		t.Logf("FIGURE first: first execution on replica %d, 10 ms after the deploy returned: %v", i+2, d.Round(10*time.Microsecond))
+		if c := counterOf(t, i+1, childLine); c != children[i] {
+			t.Errorf("replica %d started %d compiler children for a module replica 1 compiled", i+2, c-children[i])
+		}
+		if l := counterOf(t, i+1, artifactLine); l != loaded[i]+1 {
+			t.Errorf("replica %d loaded %d artifacts, want 1", i+2, l-loaded[i])
+		}
+		if d > firstExecutionLimit {
+			t.Errorf("first execution on replica %d took %v (limit %v)", i+2, d, firstExecutionLimit)
+		}
+	}
+}

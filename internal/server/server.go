@@ -55,6 +55,10 @@ type Config struct {
 	Dialect string
 	// Runtime runs bots; nil serves no Bot operations.
 	Runtime *runtime.Runtime
+	// ModuleArtifactKey authenticates the compiled bot modules replicas
+	// share through the store (SANDBOT_MODULE_ARTIFACT_KEY); empty uses a
+	// key kept in the store (docs/decisions.md 41).
+	ModuleArtifactKey []byte
 	// SMTPURL sends invitation e-mails (smtp://[user:pass@]host[:port]?from=…,
 	// smtps://…); empty logs them instead (SANDBOT_SMTP_URL).
 	SMTPURL string
@@ -137,7 +141,7 @@ func New(ctx context.Context, cfg Config, st store.Store, reg *prometheus.Regist
 	}
 	if cfg.Runtime != nil {
 		s.Bots = bots.New(bots.Config{Store: st, FHIR: s.Service, Runtime: cfg.Runtime, Limits: cfg.Limits, Jobs: s.Jobs,
-			Resume: s.Auth.Resume, Log: log, Registerer: reg})
+			Resume: s.Auth.Resume, ArtifactKey: cfg.ModuleArtifactKey, Log: log, Registerer: reg})
 		fhirCfg.Bots = s.Bots
 		if s.Jobs != nil {
 			fhirCfg.Jobs = s.Jobs

@@ -113,9 +113,13 @@ type Config struct {
 	Resume func(context.Context, principal.Credentials) (*principal.Principal, error)
 	// AuditTo receives each execution's AuditEvent when there is no Store
 	// (sandbot bot run); with a store they are written there.
-	AuditTo    func(fhir.Resource)
-	Log        *slog.Logger
-	Registerer prometheus.Registerer
+	AuditTo func(fhir.Resource)
+	// ArtifactKey authenticates the compiled modules that replicas share
+	// through the store (docs/decisions.md 41), 32 bytes or more; empty
+	// uses a key kept in the store.
+	ArtifactKey []byte
+	Log         *slog.Logger
+	Registerer  prometheus.Registerer
 }
 
 // Service runs bots.
@@ -129,6 +133,9 @@ type Service struct {
 	audits  *auditWriter
 	parsed  parsedCache
 	warmer  *moduleWarmer
+	// artifacts shares compiled modules between replicas; nil when the
+	// store cannot.
+	artifacts *artifacts
 }
 
 // New builds the service and registers its job handler with cfg.Jobs.
@@ -138,6 +145,12 @@ func New(cfg Config) *Service {
 		cfg.Log = slog.New(slog.DiscardHandler)
 	}
 	s := &Service{cfg: cfg, store: cfg.Store, fhir: cfg.FHIR, rt: cfg.Runtime, log: cfg.Log, metrics: newMetrics(cfg.Registerer)}
+	if st, ok := cfg.Store.(store.ModuleArtifacts); ok && cfg.Runtime != nil {
+		s.artifacts = &artifacts{st: st, base: cfg.Store}
+		if len(cfg.ArtifactKey) >= 32 {
+			s.artifacts.key = cfg.ArtifactKey
+		}
+	}
 	s.audits = newAuditWriter(cfg.Store, cfg.AuditTo, cfg.Log, s.metrics)
 	s.warmer = newModuleWarmer(s, cfg.Registerer)
 	if cfg.Jobs != nil {

@@ -69,7 +69,7 @@ func (s *Service) Deploy(ctx context.Context, d Deploy) error {
 			return err
 		}
 	}
-	mod, err := s.rt.Compile(runtime.Deploying(ctx), wasm)
+	mod, err := s.rt.Compile(s.sharing(runtime.Deploying(ctx)), wasm)
 	if err != nil {
 		return busyError(moduleError(err))
 	}

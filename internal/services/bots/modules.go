@@ -106,7 +106,7 @@ func (s *Service) module(ctx context.Context, project string, bot fhir.Resource)
 	if err := checkDeployed(wasm, hash); err != nil {
 		return nil, err
 	}
-	mod, err := s.rt.Compile(ctx, wasm)
+	mod, err := s.rt.Compile(s.sharing(ctx), wasm)
 	if err != nil {
 		return nil, moduleError(err)
 	}
