@@ -13,6 +13,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/sandbot/sandbot/limits"
 	"github.com/sandbot/sandbot/runtime"
 )
 
@@ -27,7 +28,9 @@ func testRuntime(t *testing.T) *runtime.Runtime {
 	rtOnce.Do(func() {
 		// A compilation cache shared by test runs: the Go examples are
 		// compiled by the optimizing compiler once, not on every run.
-		cfg := runtime.Config{}
+		// A minute per compilation: packages run side by side in go test
+		// ./..., and a starved compilation would answer 429.
+		cfg := runtime.Config{Limits: limits.Limits{CompileSeconds: 60}}
 		if dir, err := os.UserCacheDir(); err == nil {
 			dir = filepath.Join(dir, "sandbot", "wazero-test-cache")
 			if os.MkdirAll(dir, 0o755) == nil {

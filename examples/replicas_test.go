@@ -13,6 +13,7 @@ import (
 
 	"github.com/sandbot/sandbot/internal/server"
 	"github.com/sandbot/sandbot/internal/servertest"
+	"github.com/sandbot/sandbot/limits"
 	"github.com/sandbot/sandbot/runtime"
 	"github.com/sandbot/sandbot/store/storetest"
 )
@@ -66,7 +67,7 @@ func TestReplicasShareCompiledModule(t *testing.T) {
 			var replicas []*servertest.Server
 			for i := 0; i < 3; i++ {
 				reg := prometheus.NewRegistry()
-				rt, err := runtime.New(ctx, runtime.Config{CacheDir: t.TempDir(), Registerer: reg})
+				rt, err := runtime.New(ctx, runtime.Config{CacheDir: t.TempDir(), Registerer: reg, Limits: limits.Limits{CompileSeconds: 60}})
 				if err != nil {
 					t.Fatal(err)
 				}

@@ -323,8 +323,12 @@ func sharedRuntime(t testing.TB) *runtime.Runtime {
 		runtimeVal, runtimeErr = runtime.New(context.Background(), runtime.Config{
 			CacheDir: filepath.Join(os.TempDir(), "sandbot-test-wasm-cache"),
 			// Tests run a project's bots several at a time; admission has
-			// its own tests (runtime, cmd/sandbot's TestHostileBots).
-			Limits:     limits.Limits{ExecutionMemoryBytes: 1 << 40},
+			// its own tests (runtime, cmd/sandbot's TestHostileBots). A
+			// deploy's compilation gets a minute, not the default 4 s:
+			// `go test ./...` runs packages side by side, and a starved
+			// compilation would answer 429 (runtime's own tests hold the
+			// limit).
+			Limits:     limits.Limits{ExecutionMemoryBytes: 1 << 40, CompileSeconds: 60},
 			Registerer: runtimeReg,
 		})
 	})
@@ -372,7 +376,10 @@ func StartProcess(t testing.TB, bin, dataDir, databaseURL string, env ...string)
 	base := "http://" + addr + "/"
 	cmd := exec.Command(bin, "serve")
 	cmd.Env = append(os.Environ(), "SANDBOT_ADDR="+addr, "SANDBOT_METRICS_ADDR="+ops, "SANDBOT_BASE_URL="+base,
-		"SANDBOT_DATA_DIR="+dataDir, "SANDBOT_ADMIN_CLIENT_ID="+AdminClientID, "SANDBOT_ADMIN_CLIENT_SECRET="+AdminClientSecret)
+		"SANDBOT_DATA_DIR="+dataDir, "SANDBOT_ADMIN_CLIENT_ID="+AdminClientID, "SANDBOT_ADMIN_CLIENT_SECRET="+AdminClientSecret,
+		// A starved compilation answers 429 (sharedRuntime); env may
+		// set another limit.
+		"SANDBOT_COMPILE_SECONDS=60")
 	if databaseURL != "" {
 		cmd.Env = append(cmd.Env, "SANDBOT_DATABASE_URL="+databaseURL)
 	}
