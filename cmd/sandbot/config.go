@@ -14,6 +14,7 @@ import (
 
 	"github.com/sandbot/sandbot/fhir"
 	"github.com/sandbot/sandbot/internal/handlers/httpx"
+	"github.com/sandbot/sandbot/internal/services/hl7feed"
 	"github.com/sandbot/sandbot/limits"
 )
 
@@ -36,7 +37,11 @@ type config struct {
 	// call the API from a browser.
 	CORSOrigins string
 	// corsOrigins is CORSOrigins parsed by validate.
-	corsOrigins     []string
+	corsOrigins []string
+	// MLLPAddrs is SANDBOT_MLLP_ADDRS: the MLLP listeners and the project
+	// each feeds; validate parses it into mllp.
+	MLLPAddrs       string
+	mllp            []hl7feed.Listener
 	LogLevel        string
 	TokenTTL        time.Duration
 	ShutdownTimeout time.Duration
@@ -78,6 +83,7 @@ func configFlags(fs *flag.FlagSet, cfg *config) {
 	str(&cfg.AdminClientSecret, "admin-client-secret", "SANDBOT_ADMIN_CLIENT_SECRET", "", "secret of the bootstrap super-admin ClientApplication (generated if empty)")
 	str(&cfg.SMTPURL, "smtp-url", "SANDBOT_SMTP_URL", "", "smtp://user:pass@host:port for invitation e-mails; empty logs them")
 	str(&cfg.AppBaseURL, "app-base-url", "SANDBOT_APP_BASE_URL", "", "base URL of the web app: invitation links point at <app>setpassword/…, and its origin may call the API (empty: the base URL)")
+	str(&cfg.MLLPAddrs, "mllp-addrs", "SANDBOT_MLLP_ADDRS", "", "HL7 over MLLP: comma-separated ADDR=PROJECT[;CIDR...] listeners (\":2575=<project id>\"), each feeding one project's Agent channel")
 	str(&cfg.CORSOrigins, "cors-origins", "SANDBOT_CORS_ORIGINS", "", "comma-separated origins (https://app.example.com) whose browser apps may call the API")
 	str(&cfg.LogLevel, "log-level", "SANDBOT_LOG_LEVEL", "info", "debug, info, warn or error")
 	dur(&cfg.TokenTTL, "token-ttl", "SANDBOT_TOKEN_TTL", time.Hour, "access token lifetime")
@@ -147,6 +153,11 @@ func (c *config) validate() error {
 		} else if !strings.HasSuffix(c.AppBaseURL, "/") {
 			c.AppBaseURL += "/"
 		}
+	}
+	if ls, err := hl7feed.ParseListeners(c.MLLPAddrs); err != nil {
+		bad("%v", err)
+	} else {
+		c.mllp = ls
 	}
 	c.corsOrigins = nil
 	for _, o := range strings.Split(c.CORSOrigins, ",") {

@@ -211,6 +211,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		SMTPURL:           cfg.SMTPURL,
 		AppBaseURL:        cfg.AppBaseURL,
 		CORSOrigins:       cfg.corsOrigins,
+		MLLP:              cfg.mllp,
 		TrustedProxies:    cfg.Proxies,
 		Runtime:           rt,
 	}, st, reg, log)

@@ -6,6 +6,7 @@ package server
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"net/http"
 	"strings"
@@ -27,6 +28,7 @@ import (
 	"github.com/sandbot/sandbot/internal/services/bots"
 	"github.com/sandbot/sandbot/internal/services/fhirgraphql"
 	"github.com/sandbot/sandbot/internal/services/fhirservice"
+	"github.com/sandbot/sandbot/internal/services/hl7feed"
 	"github.com/sandbot/sandbot/internal/services/jobs"
 	"github.com/sandbot/sandbot/internal/services/subscriptions"
 	"github.com/sandbot/sandbot/limits"
@@ -64,6 +66,9 @@ type Config struct {
 	// TrustedProxies are the load balancers whose forwarded-for headers give
 	// the client address (SANDBOT_TRUSTED_PROXIES); empty trusts none.
 	TrustedProxies httpx.TrustedProxies
+	// MLLP are the HL7 listeners (SANDBOT_MLLP_ADDRS); they need a runtime
+	// and the job engine.
+	MLLP []hl7feed.Listener
 }
 
 // Server is the assembled server.
@@ -87,6 +92,8 @@ type Server struct {
 	// Subscriptions delivers writes to the bots that Subscriptions name;
 	// nil without a runtime or a job engine.
 	Subscriptions *subscriptions.Service
+	// HL7 receives HL7 messages over MLLP; nil without listeners.
+	HL7 *hl7feed.Service
 
 	ready atomic.Bool
 	log   *slog.Logger
@@ -131,6 +138,10 @@ func New(ctx context.Context, cfg Config, st store.Store, reg *prometheus.Regist
 			// the job engine.
 			s.Subscriptions = subscriptions.New(subscriptions.Config{Store: st.(*sqlstore.Store), FHIR: s.Service, Bots: s.Bots,
 				Jobs: s.Jobs, Log: log, Registerer: reg})
+			if len(cfg.MLLP) > 0 {
+				s.HL7 = hl7feed.New(hl7feed.Config{Listeners: cfg.MLLP, Store: st.(*sqlstore.Store), Bots: s.Bots, Jobs: s.Jobs,
+					Limits: cfg.Limits, Log: log, Registerer: reg})
+			}
 		}
 	}
 	// The GraphQL schema is generated from the embedded definitions once per
@@ -225,6 +236,15 @@ func New(ctx context.Context, cfg Config, st store.Store, reg *prometheus.Regist
 			return nil, err
 		}
 	}
+	if len(cfg.MLLP) > 0 {
+		if s.HL7 == nil {
+			return nil, errors.New("SANDBOT_MLLP_ADDRS needs the bot runtime and the job engine")
+		}
+		if err := s.HL7.Start(); err != nil {
+			s.Close()
+			return nil, err
+		}
+	}
 	return s, nil
 }
 
@@ -241,6 +261,9 @@ func (s *Server) StopJobs(ctx context.Context) {
 // listening to the store's changes and flushes what the server writes in
 // the background (bot audit events).
 func (s *Server) Close() {
+	if s.HL7 != nil {
+		s.HL7.Close()
+	}
 	now, cancel := context.WithCancel(context.Background())
 	cancel()
 	s.StopJobs(now)

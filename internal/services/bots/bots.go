@@ -40,6 +40,8 @@ const (
 	TriggerLocal   Trigger = "local"   // sandbot bot run
 	// TriggerSubscription: a Subscription's delivery (internal/services/subscriptions).
 	TriggerSubscription Trigger = "subscription"
+	// TriggerHL7: an HL7 v2 message received over MLLP (internal/services/hl7feed).
+	TriggerHL7 Trigger = "hl7"
 )
 
 // Execute asks for one execution of a Bot.

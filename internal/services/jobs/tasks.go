@@ -25,7 +25,19 @@ type Task struct {
 	Payload []byte
 	// MaxAttempts is how many times it may be run (0: the engine's).
 	MaxAttempts int
+	// Partition, when set, orders the tasks of its kind that share it: one
+	// runs only once every task of the partition enqueued before it has
+	// ended (completed, or given up), so they run one at a time in the
+	// order their transactions committed. Tasks of different partitions
+	// run in parallel. A task whose predecessor has not ended waits for it
+	// in its worker for up to PartitionWait, then is put back for a moment
+	// without counting an attempt.
+	Partition string
 }
+
+// PartitionWait is how long a task of a partition whose predecessor has
+// not ended waits for it in its worker before it is handed back.
+const PartitionWait = 2 * time.Second
 
 // TaskFunc runs a task. nil: done. A *RetryError: run it again after its
 // delay, uncounted (no capacity). An error wrapped by Permanent: give up
@@ -69,12 +81,21 @@ func (e *Engine) Enqueue(ctx context.Context, tx store.Store, t Task) error {
 	if err != nil {
 		return err
 	}
-	meta, _ := json.Marshal(map[string]string{"project": t.Project})
+	md := map[string]string{"project": t.Project}
+	if t.Partition != "" {
+		// Tasks of a partition are inserted one transaction at a time, so
+		// that their ids are in commit order.
+		if err := tx.Lock(ctx, "task-partition "+t.Partition); err != nil {
+			return err
+		}
+		md["partition"] = t.Partition
+	}
+	meta, _ := json.Marshal(md)
 	opts := &river.InsertOpts{Queue: reg.queue, Priority: priorityFor(n, e.cfg.Workers), Metadata: meta}
 	if t.MaxAttempts > 0 {
 		opts.MaxAttempts = t.MaxAttempts
 	}
-	_, err = client.InsertTx(ctx, sqlTx, args{K: t.Kind, Project: t.Project, Payload: t.Payload}, opts)
+	_, err = client.InsertTx(ctx, sqlTx, args{K: t.Kind, Project: t.Project, Payload: t.Payload, Partition: t.Partition}, opts)
 	if err == nil {
 		e.metrics.submitted.WithLabelValues(reg.queue).Inc()
 	}
@@ -91,6 +112,30 @@ type taskWorker struct {
 
 func (w *taskWorker) Work(ctx context.Context, rj *river.Job[args]) error {
 	e := w.engine
+	if p := rj.Args.Partition; p != "" {
+		// The predecessor usually ends within moments: wait for it here,
+		// looking every few milliseconds, rather than hand the task back
+		// to a fetch that may come only at the next poll.
+		deadline := time.Now().Add(PartitionWait)
+		for {
+			waiting, err := e.predecessorRunning(ctx, w.queue, p, rj.ID)
+			if err != nil {
+				return err
+			}
+			if !waiting {
+				break
+			}
+			if time.Now().After(deadline) {
+				e.metrics.ended.WithLabelValues(w.queue, "partition_wait").Inc()
+				return river.JobSnooze(50 * time.Millisecond)
+			}
+			select {
+			case <-ctx.Done():
+				return ctx.Err()
+			case <-time.After(5 * time.Millisecond):
+			}
+		}
+	}
 	if rj.Attempt == 1 {
 		e.metrics.startLatency.WithLabelValues(w.queue).Observe(time.Since(rj.CreatedAt).Seconds())
 	}
@@ -117,6 +162,23 @@ func (w *taskWorker) Work(ctx context.Context, rj *river.Job[args]) error {
 	}
 	e.metrics.ended.WithLabelValues(w.queue, "failed").Inc()
 	return err
+}
+
+// predecessorRunning reports whether a task of partition enqueued before
+// job id has not ended yet.
+func (e *Engine) predecessorRunning(ctx context.Context, queue, partition string, id int64) (bool, error) {
+	var q string
+	if e.store.Dialect() == sqlstore.Postgres {
+		q = `SELECT count(*) FROM (SELECT 1 FROM river_job WHERE metadata @> jsonb_build_object('partition', $1::text)
+			AND queue = $2 AND id < $3 AND state IN ('available', 'pending', 'retryable', 'running', 'scheduled') LIMIT 1) p`
+	} else {
+		q = `SELECT count(*) FROM (SELECT 1 FROM river_job WHERE queue = ?2 AND id < ?3
+			AND state IN ('available', 'pending', 'retryable', 'running', 'scheduled')
+			AND json_extract(metadata, '$.partition') = ?1 LIMIT 1)`
+	}
+	var n int
+	err := e.store.DB().QueryRowContext(ctx, q, partition, queue, id).Scan(&n)
+	return n > 0, err
 }
 
 // NextRetry doubles the wait after each failed attempt, from a second, up
