@@ -43,7 +43,7 @@ type feed struct {
 // newFeed wires the server's listener to a project: the project (with the
 // listener's id), the recorder bot, an Endpoint on the listener's port and an
 // Agent channel to the bot.
-func newFeedFor(t *testing.T, s *servertest.Server, project, partitionKey string) *feed {
+func newFeedFor(t testing.TB, s *servertest.Server, project, partitionKey string) *feed {
 	t.Helper()
 	addr := s.HL7.Addrs()[0].String()
 	c := s.NewProjectWithID(t, project, "hl7 feed")

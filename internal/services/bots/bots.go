@@ -66,11 +66,17 @@ type Execute struct {
 	// Entities are more references the AuditEvent names (the Subscription
 	// that triggered the execution).
 	Entities []string
+	// Details describe the first of Entities in the AuditEvent
+	// (entity.detail: an HL7 message's control id and acknowledgement).
+	Details []Detail
 	// Async accepts the execution as a job (Prefer: respond-async) that
 	// RequestURL, the URL of the request, names in its AsyncJob.
 	Async      bool
 	RequestURL string
 }
+
+// Detail is an AuditEvent entity.detail: a type and a string value.
+type Detail struct{ Type, Value string }
 
 // Result is what an execution answered, in the shape of an HTTP answer
 // (sdk/ABI.md §3, docs/decisions.md 7-8).

@@ -47,6 +47,7 @@ type call struct {
 	traceID   string
 	trigger   Trigger
 	entities  []string
+	details   []Detail
 }
 
 // target is a Bot resolved for an execution: its record, decoded, and its
@@ -77,7 +78,7 @@ func (s *Service) Execute(ctx context.Context, ex Execute) (*Result, error) {
 	if err != nil {
 		return nil, err
 	}
-	c := call{headers: ex.Headers, traceID: ex.TraceID, trigger: ex.Trigger, entities: ex.Entities}
+	c := call{headers: ex.Headers, traceID: ex.TraceID, trigger: ex.Trigger, entities: ex.Entities, details: ex.Details}
 	if ex.Query != nil {
 		q := url.Values{}
 		for k, v := range ex.Query {

@@ -464,7 +464,9 @@ func (s *Service) run(ctx context.Context, job *jobs.Job) error {
 		"x-sandbot-received-at": t.Received.UTC().Format(time.RFC3339Nano),
 	}
 	res, err := s.cfg.Bots.Execute(ctx, bots.Execute{BotID: t.Bot, Caller: caller, Input: []byte(t.Message),
-		ContentType: runtime.MediaHL7, Headers: headers, Trigger: bots.TriggerHL7, Entities: []string{"Agent/" + t.Agent}})
+		ContentType: runtime.MediaHL7, Headers: headers, Trigger: bots.TriggerHL7, Entities: []string{"Agent/" + t.Agent},
+		Details: []bots.Detail{{Type: "channel", Value: t.Channel}, {Type: "MSH-10", Value: t.Control}, {Type: "ACK", Value: t.Ack},
+			{Type: "attempt", Value: strconv.Itoa(job.Attempt)}}})
 	final := job.Attempt >= job.MaxAttempts
 	fail := func(err error, permanent bool) error {
 		if permanent || final {

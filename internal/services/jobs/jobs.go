@@ -353,7 +353,7 @@ func (e *Engine) Submit(ctx context.Context, p *principal.Principal, kind, reque
 		if err := tx.Lock(ctx, "jobs:"+p.ProjectID); err != nil {
 			return err
 		}
-		n, err := e.backlog(ctx, sqlTx, reg.queue, p.ProjectID)
+		n, err := e.backlog(ctx, sqlTx, reg.queue, p.ProjectID, max(16*e.cfg.Workers, e.cfg.QueuePerProject)+1)
 		if err != nil {
 			return err
 		}
@@ -396,19 +396,21 @@ func priorityFor(backlog, workers int) int {
 	return 4
 }
 
-// backlog counts the jobs of project that wait or run in queue.
-func (e *Engine) backlog(ctx context.Context, tx *sql.Tx, queue, project string) (int, error) {
+// backlog counts the jobs of project that wait or run in queue, up to
+// limit (what the caller tells apart), so that a long backlog does not make
+// each insert slower.
+func (e *Engine) backlog(ctx context.Context, tx *sql.Tx, queue, project string, limit int) (int, error) {
 	var q string
 	if e.store.Dialect() == sqlstore.Postgres {
 		// metadata @> is answered by River's GIN index on metadata.
-		q = `SELECT count(*) FROM river_job WHERE metadata @> jsonb_build_object('project', $1::text)
-			AND queue = $2 AND state IN ('available', 'pending', 'retryable', 'running', 'scheduled')`
+		q = `SELECT count(*) FROM (SELECT 1 FROM river_job WHERE metadata @> jsonb_build_object('project', $1::text)
+			AND queue = $2 AND state IN ('available', 'pending', 'retryable', 'running', 'scheduled') LIMIT $3) b`
 	} else {
-		q = `SELECT count(*) FROM river_job WHERE queue = ?2 AND state IN ('available', 'pending', 'retryable', 'running', 'scheduled')
-			AND json_extract(metadata, '$.project') = ?1`
+		q = `SELECT count(*) FROM (SELECT 1 FROM river_job WHERE queue = ?2 AND state IN ('available', 'pending', 'retryable', 'running', 'scheduled')
+			AND json_extract(metadata, '$.project') = ?1 LIMIT ?3)`
 	}
 	var n int
-	err := tx.QueryRowContext(ctx, q, project, queue).Scan(&n)
+	err := tx.QueryRowContext(ctx, q, project, queue, limit).Scan(&n)
 	return n, err
 }
 

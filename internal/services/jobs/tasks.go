@@ -77,7 +77,7 @@ func (e *Engine) Enqueue(ctx context.Context, tx store.Store, t Task) error {
 	if !ok {
 		return errors.New("jobs: Enqueue outside a transaction of the store")
 	}
-	n, err := e.backlog(ctx, sqlTx, reg.queue, t.Project)
+	n, err := e.backlog(ctx, sqlTx, reg.queue, t.Project, 16*e.cfg.Workers+1)
 	if err != nil {
 		return err
 	}
