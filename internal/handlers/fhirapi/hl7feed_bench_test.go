@@ -76,4 +76,3 @@ func BenchmarkHL7Feed(b *testing.B) {
 		run("1conn-pipelined", 1, true)
 	}
 }
-
