@@ -209,7 +209,8 @@ func (s *Service) accept(l *listener) {
 		go func() {
 			defer s.wg.Done()
 			defer func() {
-				conn.Close()
+				// Released before the close, so that a client that saw it
+				// may connect again at once.
 				s.metrics.connections.Dec()
 				l.mu.Lock()
 				delete(l.conns, conn)
@@ -217,6 +218,7 @@ func (s *Service) accept(l *listener) {
 					delete(l.perIP, ip.String())
 				}
 				l.mu.Unlock()
+				conn.Close()
 			}()
 			s.serve(l, conn)
 		}()
