@@ -1,6 +1,7 @@
 package fhirapi_test
 
 import (
+	"context"
 	"fmt"
 	"net"
 	"sync"
@@ -19,7 +20,8 @@ import (
 // ten connections with one each, and one connection pipelined (the sender
 // writes without waiting for each ACK). The channel's bot is a trivial
 // JavaScript bot, which runs in the background meanwhile (partitioned per
-// patient, 50 patients). Report: msgs/s.
+// patient, 50 patients); the feed-only runs stop the job workers first.
+// Report: msgs/s.
 //
 //	go test ./internal/handlers/fhirapi -run XXX -bench BenchmarkHL7Feed -benchtime 3000x
 func BenchmarkHL7Feed(b *testing.B) {
@@ -74,5 +76,11 @@ func BenchmarkHL7Feed(b *testing.B) {
 		run("1conn", 1, false)
 		run("10conns", 10, false)
 		run("1conn-pipelined", 1, true)
+		// The feed alone: the job workers stopped, so that no bot competes
+		// for the cores (the messages' tasks wait in the queue).
+		s.StopJobs(context.Background())
+		run("feed-only/1conn", 1, false)
+		run("feed-only/10conns", 10, false)
+		run("feed-only/1conn-pipelined", 1, true)
 	}
 }

@@ -27,6 +27,7 @@ import (
 	"log/slog"
 	"net"
 	"net/url"
+	"sort"
 	"strconv"
 	"sync"
 	"time"
@@ -82,6 +83,10 @@ type Service struct {
 	log     *slog.Logger
 	metrics *metrics
 
+	// keeps takes the messages to keep; keepers commit them in batches.
+	keeps chan keepRequest
+	stop  chan struct{}
+
 	mu        sync.Mutex
 	listeners []*listener
 	closed    bool
@@ -113,9 +118,114 @@ func New(cfg Config) *Service {
 	if cfg.Log == nil {
 		cfg.Log = slog.New(slog.DiscardHandler)
 	}
-	s := &Service{cfg: cfg, store: cfg.Store, log: cfg.Log, metrics: newMetrics(cfg.Registerer)}
+	s := &Service{cfg: cfg, store: cfg.Store, log: cfg.Log, metrics: newMetrics(cfg.Registerer),
+		keeps: make(chan keepRequest, 1024), stop: make(chan struct{})}
 	cfg.Jobs.HandleTasks(taskKind, taskQueue, s.run)
 	return s
+}
+
+// keepers is how many transactions keep messages at once; each keeps every
+// message that waits when it begins (up to maxBatch) in one transaction, so
+// that concurrent connections share a commit (and its sync to disk).
+const (
+	keepers  = 2
+	maxBatch = 128
+)
+
+type keepRequest struct {
+	project, key, control, partition string
+	payload                          []byte
+	done                             chan keepResult
+}
+
+type keepResult struct {
+	dup bool
+	err error
+}
+
+// keep commits a message with its task (or finds it a duplicate) and
+// answers when the transaction has committed.
+func (s *Service) keep(r keepRequest) keepResult {
+	r.done = make(chan keepResult, 1)
+	select {
+	case s.keeps <- r:
+	case <-s.stop:
+		return keepResult{err: errors.New("the server is stopping")}
+	}
+	select {
+	case res := <-r.done:
+		return res
+	case <-s.stop:
+		// The connection is closing: its sender gets no answer and sends
+		// the message again (a duplicate if it was kept).
+		return keepResult{err: errors.New("the server is stopping")}
+	}
+}
+
+// keeper commits batches of messages until the service stops.
+func (s *Service) keeper() {
+	defer s.wg.Done()
+	for {
+		var first keepRequest
+		select {
+		case first = <-s.keeps:
+		case <-s.stop:
+			return
+		}
+		batch := []keepRequest{first}
+	more:
+		for len(batch) < maxBatch {
+			select {
+			case r := <-s.keeps:
+				batch = append(batch, r)
+			default:
+				break more
+			}
+		}
+		s.commit(batch)
+	}
+}
+
+// commit keeps a batch in one transaction: each message's duplicate count,
+// and the tasks of those that are new. If the transaction fails, every
+// message of the batch is answered AE, and none was kept.
+func (s *Service) commit(batch []keepRequest) {
+	s.metrics.batch.Observe(float64(len(batch)))
+	dups := make([]bool, len(batch))
+	ctx, cancel := context.WithTimeout(context.Background(), time.Duration(s.cfg.Limits.MLLPReadSeconds)*time.Second)
+	defer cancel()
+	err := s.store.InTx(ctx, func(tx store.Store) error {
+		// Duplicate counts in the order of their keys (two transactions
+		// never wait for each other's rows in a cycle); the tasks in
+		// arrival order.
+		order := make([]int, len(batch))
+		for i := range order {
+			order[i] = i
+		}
+		sort.SliceStable(order, func(a, b int) bool { return batch[order[a]].key < batch[order[b]].key })
+		window := time.Duration(s.cfg.Limits.MLLPDedupeSeconds) * time.Second
+		for _, i := range order {
+			if batch[i].control == "" {
+				continue
+			}
+			hits, _, err := tx.CountHit(ctx, batch[i].key, window)
+			if err != nil {
+				return err
+			}
+			dups[i] = hits > 1
+		}
+		tasks := make([]jobs.Task, 0, len(batch))
+		for i, r := range batch {
+			if !dups[i] {
+				tasks = append(tasks, jobs.Task{Kind: taskKind, Project: r.project, Payload: r.payload,
+					MaxAttempts: MaxAttempts, Partition: r.partition})
+			}
+		}
+		return s.cfg.Jobs.EnqueueMany(ctx, tx, tasks)
+	})
+	for i, r := range batch {
+		r.done <- keepResult{dup: dups[i], err: err}
+	}
 }
 
 // Start opens every listener; the first that fails closes the others.
@@ -133,6 +243,12 @@ func (s *Service) Start() error {
 		s.mu.Unlock()
 		s.wg.Add(1)
 		go s.accept(li)
+		if len(s.listeners) == 1 {
+			for range keepers {
+				s.wg.Add(1)
+				go s.keeper()
+			}
+		}
 		s.log.Info("mllp listening", "addr", ln.Addr().String(), "project", l.Project)
 	}
 	return nil
@@ -154,6 +270,9 @@ func (s *Service) Addrs() []net.Addr {
 // waits for their goroutines.
 func (s *Service) Close() {
 	s.mu.Lock()
+	if !s.closed {
+		close(s.stop)
+	}
 	s.closed = true
 	ls := s.listeners
 	s.mu.Unlock()
@@ -323,27 +442,13 @@ func (s *Service) receive(l *listener, conn net.Conn, raw []byte) []byte {
 	}
 	payload, _ := json.Marshal(task{Agent: ch.agent, Channel: ch.name, Bot: ch.bot, Message: string(raw), Control: ctl,
 		Received: received, Remote: conn.RemoteAddr().String(), Ack: code})
-	dup := false
-	ctx, cancel := context.WithTimeout(context.Background(), time.Duration(s.cfg.Limits.MLLPReadSeconds)*time.Second)
-	defer cancel()
-	err = s.store.InTx(ctx, func(tx store.Store) error {
-		if ctl != "" {
-			hits, _, err := tx.CountHit(ctx, "hl7-seen "+ch.agent+"/"+ch.name+" "+ctl,
-				time.Duration(s.cfg.Limits.MLLPDedupeSeconds)*time.Second)
-			if err != nil {
-				return err
-			}
-			if dup = hits > 1; dup {
-				return nil
-			}
-		}
-		return s.cfg.Jobs.Enqueue(ctx, tx, jobs.Task{Kind: taskKind, Project: l.Project, Payload: payload,
-			MaxAttempts: MaxAttempts, Partition: partition})
-	})
-	if err != nil {
-		s.log.Warn("mllp: message not kept", "addr", l.Addr, "control", ctl, "err", err)
+	res := s.keep(keepRequest{project: l.Project, key: "hl7-seen " + ch.agent + "/" + ch.name + " " + ctl, control: ctl,
+		partition: partition, payload: payload})
+	if res.err != nil {
+		s.log.Warn("mllp: message not kept", "addr", l.Addr, "control", ctl, "err", res.err)
 		return s.ack(m, "E", "The message could not be kept; send it again", &hl7.AckError{Code: 207})
 	}
+	dup := res.dup
 	s.metrics.commitToAck.Observe(time.Since(received).Seconds())
 	if dup {
 		s.metrics.duplicates.Inc()
@@ -513,6 +618,7 @@ type metrics struct {
 	connections prometheus.Gauge
 	commitToAck prometheus.Histogram
 	botStart    prometheus.Histogram
+	batch       prometheus.Histogram
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -555,9 +661,14 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Help:    "Time from a message's arrival to the start of its bot's first run.",
 			Buckets: prometheus.ExponentialBuckets(0.001, 2.5, 14),
 		}),
+		batch: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "sandbot_mllp_commit_batch_size",
+			Help:    "MLLP messages kept by one transaction (messages of concurrent connections share a commit).",
+			Buckets: []float64{1, 2, 4, 8, 16, 32, 64, 128},
+		}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.messages, m.framing, m.refused, m.outcomes, m.duplicates, m.bytes, m.connections, m.commitToAck, m.botStart)
+		reg.MustRegister(m.messages, m.framing, m.refused, m.outcomes, m.duplicates, m.bytes, m.connections, m.commitToAck, m.botStart, m.batch)
 	}
 	return m
 }

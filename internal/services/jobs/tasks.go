@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"sort"
 	"time"
 
 	"github.com/riverqueue/river"
@@ -65,9 +66,15 @@ func (e *Engine) HandleTasks(kind, queue string, fn TaskFunc) {
 // if and only if tx commits. Its River priority, like a job's, comes from
 // its project's backlog in its queue.
 func (e *Engine) Enqueue(ctx context.Context, tx store.Store, t Task) error {
-	reg, ok := e.handlers[t.Kind]
-	if !ok {
-		return fmt.Errorf("jobs: no handler of %q", t.Kind)
+	return e.EnqueueMany(ctx, tx, []Task{t})
+}
+
+// EnqueueMany adds tasks in tx, in their order, with one insert: the
+// partitions' locks are taken in sorted order (two transactions never wait
+// for each other in a cycle), and each project's backlog is counted once.
+func (e *Engine) EnqueueMany(ctx context.Context, tx store.Store, tasks []Task) error {
+	if len(tasks) == 0 {
+		return nil
 	}
 	client, err := e.clientFor(ctx)
 	if err != nil {
@@ -77,29 +84,59 @@ func (e *Engine) Enqueue(ctx context.Context, tx store.Store, t Task) error {
 	if !ok {
 		return errors.New("jobs: Enqueue outside a transaction of the store")
 	}
-	n, err := e.backlog(ctx, sqlTx, reg.queue, t.Project, 16*e.cfg.Workers+1)
-	if err != nil {
+	// Tasks of a partition are inserted one transaction at a time, so that
+	// their ids are in commit order.
+	var parts []string
+	for _, t := range tasks {
+		if t.Partition != "" {
+			parts = append(parts, t.Partition)
+		}
+	}
+	sort.Strings(parts)
+	for i, p := range parts {
+		if i == 0 || p != parts[i-1] {
+			if err := tx.Lock(ctx, "task-partition "+p); err != nil {
+				return err
+			}
+		}
+	}
+	type qp struct{ queue, project string }
+	backlogs := map[qp]int{}
+	params := make([]river.InsertManyParams, 0, len(tasks))
+	queues := make([]string, 0, len(tasks))
+	for _, t := range tasks {
+		reg, ok := e.handlers[t.Kind]
+		if !ok {
+			return fmt.Errorf("jobs: no handler of %q", t.Kind)
+		}
+		k := qp{reg.queue, t.Project}
+		n, ok := backlogs[k]
+		if !ok {
+			if n, err = e.backlog(ctx, sqlTx, reg.queue, t.Project, 16*e.cfg.Workers+1); err != nil {
+				return err
+			}
+		}
+		backlogs[k] = n + 1
+		md := map[string]string{"project": t.Project}
+		if t.Partition != "" {
+			md["partition"] = t.Partition
+		}
+		meta, _ := json.Marshal(md)
+		opts := &river.InsertOpts{Queue: reg.queue, Priority: priorityFor(n, e.cfg.Workers), Metadata: meta}
+		if t.MaxAttempts > 0 {
+			opts.MaxAttempts = t.MaxAttempts
+		}
+		params = append(params, river.InsertManyParams{
+			Args: args{K: t.Kind, Project: t.Project, Payload: t.Payload, Partition: t.Partition}, InsertOpts: opts})
+		queues = append(queues, reg.queue)
+	}
+	if _, err := client.InsertManyTx(ctx, sqlTx, params); err != nil {
 		return err
 	}
-	md := map[string]string{"project": t.Project}
-	if t.Partition != "" {
-		// Tasks of a partition are inserted one transaction at a time, so
-		// that their ids are in commit order.
-		if err := tx.Lock(ctx, "task-partition "+t.Partition); err != nil {
-			return err
-		}
-		md["partition"] = t.Partition
+	for _, q := range queues {
+		e.metrics.submitted.WithLabelValues(q).Inc()
 	}
-	meta, _ := json.Marshal(md)
-	opts := &river.InsertOpts{Queue: reg.queue, Priority: priorityFor(n, e.cfg.Workers), Metadata: meta}
-	if t.MaxAttempts > 0 {
-		opts.MaxAttempts = t.MaxAttempts
-	}
-	_, err = client.InsertTx(ctx, sqlTx, args{K: t.Kind, Project: t.Project, Payload: t.Payload, Partition: t.Partition}, opts)
-	if err == nil {
-		e.metrics.submitted.WithLabelValues(reg.queue).Inc()
-	}
-	return err
+	return nil
 }
 
 // taskWorker runs the tasks of one kind.
