@@ -30,15 +30,20 @@ type Task struct {
 	// runs only once every task of the partition enqueued before it has
 	// ended (completed, or given up), so they run one at a time in the
 	// order their transactions committed. Tasks of different partitions
-	// run in parallel. A task whose predecessor has not ended waits for it
-	// in its worker for up to PartitionWait, then is put back for a moment
-	// without counting an attempt.
+	// run in parallel. A task whose predecessor is running waits for it in
+	// its worker for up to PartitionWait; one whose predecessor waits (for
+	// a worker, or a retry) is put back for PartitionSnooze, without
+	// counting an attempt.
 	Partition string
 }
 
-// PartitionWait is how long a task of a partition whose predecessor has
-// not ended waits for it in its worker before it is handed back.
-const PartitionWait = 2 * time.Second
+// PartitionWait is how long a task of a partition whose predecessor is
+// running waits for it in its worker before it is handed back;
+// PartitionSnooze is how long a task handed back waits to be fetched again.
+const (
+	PartitionWait   = 2 * time.Second
+	PartitionSnooze = 250 * time.Millisecond
+)
 
 // TaskFunc runs a task. nil: done. A *RetryError: run it again after its
 // delay, uncounted (no capacity). An error wrapped by Permanent: give up
@@ -150,21 +155,23 @@ type taskWorker struct {
 func (w *taskWorker) Work(ctx context.Context, rj *river.Job[args]) error {
 	e := w.engine
 	if p := rj.Args.Partition; p != "" {
-		// The predecessor usually ends within moments: wait for it here,
-		// looking every few milliseconds, rather than hand the task back
-		// to a fetch that may come only at the next poll.
+		// A predecessor that is running usually ends within moments: wait
+		// for it here, looking every few milliseconds, rather than hand the
+		// task back to a fetch that may come only at the next poll. One
+		// that waits (its turn, or a retry) may take long: hand the task
+		// back at once, behind it in the fetch order.
 		deadline := time.Now().Add(PartitionWait)
 		for {
-			waiting, err := e.predecessorRunning(ctx, w.queue, p, rj.ID)
+			state, err := e.predecessor(ctx, w.queue, p, rj.ID)
 			if err != nil {
 				return err
 			}
-			if !waiting {
+			if state == "" {
 				break
 			}
-			if time.Now().After(deadline) {
+			if state != "running" || time.Now().After(deadline) {
 				e.metrics.ended.WithLabelValues(w.queue, "partition_wait").Inc()
-				return river.JobSnooze(50 * time.Millisecond)
+				return river.JobSnooze(PartitionSnooze)
 			}
 			select {
 			case <-ctx.Done():
@@ -201,21 +208,22 @@ func (w *taskWorker) Work(ctx context.Context, rj *river.Job[args]) error {
 	return err
 }
 
-// predecessorRunning reports whether a task of partition enqueued before
-// job id has not ended yet.
-func (e *Engine) predecessorRunning(ctx context.Context, queue, partition string, id int64) (bool, error) {
+// predecessor is the state of the first task of partition enqueued before
+// job id that has not ended ("" when there is none).
+func (e *Engine) predecessor(ctx context.Context, queue, partition string, id int64) (string, error) {
 	var q string
 	if e.store.Dialect() == sqlstore.Postgres {
-		q = `SELECT count(*) FROM (SELECT 1 FROM river_job WHERE metadata @> jsonb_build_object('partition', $1::text)
-			AND queue = $2 AND id < $3 AND state IN ('available', 'pending', 'retryable', 'running', 'scheduled') LIMIT 1) p`
+		q = `SELECT COALESCE((SELECT state::text FROM river_job WHERE metadata @> jsonb_build_object('partition', $1::text)
+			AND queue = $2 AND id < $3 AND state IN ('available', 'pending', 'retryable', 'running', 'scheduled')
+			ORDER BY id LIMIT 1), '')`
 	} else {
-		q = `SELECT count(*) FROM (SELECT 1 FROM river_job WHERE queue = ?2 AND id < ?3
+		q = `SELECT COALESCE((SELECT state FROM river_job WHERE queue = ?2 AND id < ?3
 			AND state IN ('available', 'pending', 'retryable', 'running', 'scheduled')
-			AND json_extract(metadata, '$.partition') = ?1 LIMIT 1)`
+			AND json_extract(metadata, '$.partition') = ?1 ORDER BY id LIMIT 1), '')`
 	}
-	var n int
-	err := e.store.DB().QueryRowContext(ctx, q, partition, queue, id).Scan(&n)
-	return n > 0, err
+	var state string
+	err := e.store.DB().QueryRowContext(ctx, q, partition, queue, id).Scan(&state)
+	return state, err
 }
 
 // NextRetry doubles the wait after each failed attempt, from a second, up
