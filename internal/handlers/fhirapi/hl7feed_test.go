@@ -331,3 +331,69 @@ func closedWithin(c *conn, d time.Duration) bool {
 		}
 	}
 }
+
+// TestHL7FeedBotFailure: a message whose bot keeps throwing is run 4 times
+// with backoff, each run's AuditEvent (outcome 4) names the Agent with the
+// message's control id and attempt, so failed messages can be listed; the
+// channel's next message runs once the failing one is given up.
+func TestHL7FeedBotFailure(t *testing.T) {
+	project := uuid.NewString()
+	servertest.ForEachBackend(t, func(t *testing.T, s *servertest.Server) {
+		f := newFeedFor(t, s, project, "")
+		deployJSCode(t, f.c, f.bot, "hl7-recorder", `exports.handler = async (medplum, event) => {
+  const ctl = event.input.getSegment('MSH').getField(10).toString();
+  if (ctl.startsWith('FAIL')) throw new Error('cannot handle ' + ctl);
+  await medplum.createResource({ resourceType: 'Basic', code: { text: ctl } });
+  return event.input.buildAck();
+};`)
+		c := dialMLLP(t, f.addr)
+		for _, ctl := range []string{"FAIL1", "OK1"} {
+			if code, _, _ := c.send(mllp.Frame(adt(ctl, "X"))); code != "AA" {
+				t.Fatalf("%s: %s", ctl, code)
+			}
+		}
+		if got := recorded(t, f.c, 1); len(got) != 1 || got[0] != "OK1" {
+			t.Fatalf("recorded %q", got)
+		}
+		// The AuditEvents are written in the background.
+		agent := agentOf(t, f)
+		var entries []any
+		for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+			events := f.c.Do("GET", "fhir/R4/AuditEvent?entity=Agent/"+agent+"&outcome=4&_count=20", nil, "").JSON()
+			if entries, _ = events["entry"].([]any); len(entries) >= 4 {
+				break
+			}
+		}
+		attempts := map[string]bool{}
+		for _, e := range entries {
+			for _, en := range servertest.Field(e, "resource", "entity").([]any) {
+				details, _ := servertest.Field(en, "detail").([]any)
+				var ctl, attempt string
+				for _, d := range details {
+					switch servertest.Field(d, "type") {
+					case "MSH-10":
+						ctl, _ = servertest.Field(d, "valueString").(string)
+					case "attempt":
+						attempt, _ = servertest.Field(d, "valueString").(string)
+					}
+				}
+				if ctl == "FAIL1" {
+					attempts[attempt] = true
+				}
+			}
+		}
+		if len(entries) != 4 || !attempts["1"] || !attempts["4"] || len(attempts) != 4 {
+			t.Errorf("%d failed runs listed, attempts %v", len(entries), attempts)
+		}
+	}, mllpOptions(project, nil))
+}
+
+func agentOf(t *testing.T, f *feed) string {
+	t.Helper()
+	res := f.c.Do("GET", "fhir/R4/Agent?_count=1", nil, "").JSON()
+	entries, _ := res["entry"].([]any)
+	if len(entries) != 1 {
+		t.Fatalf("agents: %v", res)
+	}
+	return servertest.Field(entries[0], "resource", "id").(string)
+}
