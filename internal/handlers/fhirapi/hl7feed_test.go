@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"os/exec"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -396,4 +398,33 @@ func agentOf(t *testing.T, f *feed) string {
 		t.Fatalf("agents: %v", res)
 	}
 	return servertest.Field(entries[0], "resource", "id").(string)
+}
+
+// TestHL7FeedWithMedplumHl7Client: the reference's own client
+// (@medplum/hl7's Hl7Client, compat/hl7-send.mjs) sends the ADT^A01 of the
+// corpus twice, then a message asking for enhanced acknowledgements: AA,
+// AA (the duplicate), CA; the bot ran twice. Skipped without node and
+// compat's node_modules (make compat installs them), unless CI is set.
+func TestHL7FeedWithMedplumHl7Client(t *testing.T) {
+	if _, err := os.Stat("../../../compat/node_modules/@medplum/hl7"); err != nil && os.Getenv("CI") == "" {
+		t.Skip("compat/node_modules not installed (cd compat && npm ci)")
+	}
+	project := uuid.NewString()
+	servertest.ForEachBackend(t, func(t *testing.T, s *servertest.Server) {
+		f := newFeedFor(t, s, project, "")
+		enhanced := filepath.Join(t.TempDir(), "enhanced.hl7")
+		os.WriteFile(enhanced, []byte("MSH|^~\\&|S|F|R|F|20250101||ADT^A08|ENH1|P|2.5|||AL|NE\rPID|1||E1^^^MRN\r"), 0o644)
+		host, port, _ := net.SplitHostPort(f.addr)
+		adtA01 := "testdata/hl7/ADT-A01-01.hl7"
+		cmd := exec.Command("node", "../../../compat/hl7-send.mjs", host, port, adtA01, adtA01, enhanced)
+		out, err := cmd.CombinedOutput()
+		if err != nil || string(out) != "AA MSG00001\nAA MSG00001\nCA ENH1\n" {
+			t.Fatalf("hl7-send: %v\n%s", err, out)
+		}
+		got := recorded(t, f.c, 2)
+		time.Sleep(300 * time.Millisecond)
+		if got = recorded(t, f.c, 2); len(got) != 2 || got[0] != "MSG00001 x-application/hl7-v2+er7 PATID1234 adt" || !strings.HasPrefix(got[1], "ENH1 ") {
+			t.Fatalf("the bot recorded %q", got)
+		}
+	}, mllpOptions(project, nil))
 }
