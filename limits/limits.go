@@ -155,6 +155,26 @@ type Limits struct {
 	GraphQLSelections int64
 	GraphQLReads      int64
 
+	// MLLPMessageBytes bounds one HL7 message received over MLLP; a larger
+	// one is read to its end and answered AR.
+	MLLPMessageBytes int64
+	// MLLPIdleSeconds is how long an MLLP connection may wait between
+	// messages before it is closed.
+	MLLPIdleSeconds int64
+	// MLLPReadSeconds is how long one MLLP message may take to arrive once
+	// its start block came (a slow sender is disconnected), and the longest
+	// its keeping may take before it is answered AE.
+	MLLPReadSeconds int64
+	// MLLPConnections bounds the open connections of one MLLP listener, and
+	// MLLPConnectionsPerAddress those from one source address; beyond them
+	// a new connection is closed at once.
+	MLLPConnections           int64
+	MLLPConnectionsPerAddress int64
+	// MLLPDedupeSeconds is the window in which a message whose channel and
+	// control id (MSH-10) were kept before is acknowledged without being
+	// run again; it begins when the first was kept.
+	MLLPDedupeSeconds int64
+
 	// AuthRequestsPerMinute is how many /auth/* and /oauth2/* requests a
 	// client IP may make per minute; negative means no limit.
 	AuthRequestsPerMinute int64
@@ -230,6 +250,13 @@ func Default() Limits {
 		JobRescueSeconds: 1020,
 		WebhookSeconds:   10,
 
+		MLLPMessageBytes:          1 << 20,
+		MLLPIdleSeconds:           600,
+		MLLPReadSeconds:           30,
+		MLLPConnections:           256,
+		MLLPConnectionsPerAddress: 32,
+		MLLPDedupeSeconds:         86400,
+
 		AuthRequestsPerMinute: 160, // the reference's strict auth limit
 		AuthBodyBytes:         64 << 10,
 
@@ -293,6 +320,12 @@ func (l Limits) WithDefaults() Limits {
 	set(&l.JobQueue, d.JobQueue)
 	set(&l.JobRescueSeconds, d.JobRescueSeconds)
 	set(&l.WebhookSeconds, d.WebhookSeconds)
+	set(&l.MLLPMessageBytes, d.MLLPMessageBytes)
+	set(&l.MLLPIdleSeconds, d.MLLPIdleSeconds)
+	set(&l.MLLPReadSeconds, d.MLLPReadSeconds)
+	set(&l.MLLPConnections, d.MLLPConnections)
+	set(&l.MLLPConnectionsPerAddress, d.MLLPConnectionsPerAddress)
+	set(&l.MLLPDedupeSeconds, d.MLLPDedupeSeconds)
 	set(&l.AuthRequestsPerMinute, d.AuthRequestsPerMinute)
 	set(&l.AuthBodyBytes, d.AuthBodyBytes)
 	set(&l.WebhookRequestsPerMinute, d.WebhookRequestsPerMinute)
@@ -387,6 +420,18 @@ func Settings() []Setting {
 			Min: 2, Max: 86400, Field: func(l *Limits) *int64 { return &l.JobRescueSeconds }},
 		{Env: "SANDBOT_WEBHOOK_SECONDS", Flag: "webhook-seconds", Usage: "how long one call of a Subscription's HTTP hook may take, redirects included",
 			Min: 1, Max: 600, Field: func(l *Limits) *int64 { return &l.WebhookSeconds }},
+		{Env: "SANDBOT_MLLP_MAX_BYTES", Flag: "mllp-max-bytes", Usage: "largest HL7 message received over MLLP (over: AR)",
+			Min: 1 << 10, Max: 1 << 30, Field: func(l *Limits) *int64 { return &l.MLLPMessageBytes }},
+		{Env: "SANDBOT_MLLP_IDLE_SECONDS", Flag: "mllp-idle-seconds", Usage: "how long an MLLP connection may wait between messages",
+			Min: 1, Max: 86400, Field: func(l *Limits) *int64 { return &l.MLLPIdleSeconds }},
+		{Env: "SANDBOT_MLLP_READ_SECONDS", Flag: "mllp-read-seconds", Usage: "how long one MLLP message may take to arrive once begun",
+			Min: 1, Max: 3600, Field: func(l *Limits) *int64 { return &l.MLLPReadSeconds }},
+		{Env: "SANDBOT_MLLP_CONNECTIONS", Flag: "mllp-connections", Usage: "open connections of one MLLP listener",
+			Min: 1, Max: 1 << 20, Field: func(l *Limits) *int64 { return &l.MLLPConnections }},
+		{Env: "SANDBOT_MLLP_CONNECTIONS_PER_ADDRESS", Flag: "mllp-connections-per-address", Usage: "open MLLP connections from one source address",
+			Min: 1, Max: 1 << 20, Field: func(l *Limits) *int64 { return &l.MLLPConnectionsPerAddress }},
+		{Env: "SANDBOT_MLLP_DEDUPE_SECONDS", Flag: "mllp-dedupe-seconds", Usage: "window in which a resent MSH-10 of a channel is acknowledged and not run again",
+			Min: 1, Max: 365 * 86400, Field: func(l *Limits) *int64 { return &l.MLLPDedupeSeconds }},
 		{Env: "SANDBOT_AUTH_RATE_LIMIT", Flag: "auth-rate-limit", Usage: "requests per minute per client IP on /auth and /oauth2 (0: no limit)",
 			Min: 0, Max: 1 << 30, ZeroIsOff: true, Field: func(l *Limits) *int64 { return &l.AuthRequestsPerMinute }},
 		{Env: "SANDBOT_PUBLIC_WEBHOOK_RATE_LIMIT", Flag: "public-webhook-rate-limit", Usage: "requests per minute per client IP on /webhook (0: no limit)",

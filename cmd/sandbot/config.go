@@ -16,6 +16,7 @@ import (
 	"github.com/sandbot/sandbot/fhir"
 	"github.com/sandbot/sandbot/internal/handlers/httpx"
 	"github.com/sandbot/sandbot/internal/webhook"
+	"github.com/sandbot/sandbot/internal/services/hl7feed"
 	"github.com/sandbot/sandbot/limits"
 )
 
@@ -41,7 +42,11 @@ type config struct {
 	// call the API from a browser.
 	CORSOrigins string
 	// corsOrigins is CORSOrigins parsed by validate.
-	corsOrigins     []string
+	corsOrigins []string
+	// MLLPAddrs is SANDBOT_MLLP_ADDRS: the MLLP listeners and the project
+	// each feeds; validate parses it into mllp.
+	MLLPAddrs       string
+	mllp            []hl7feed.Listener
 	LogLevel        string
 	TokenTTL        time.Duration
 	ShutdownTimeout time.Duration
@@ -88,6 +93,7 @@ func configFlags(fs *flag.FlagSet, cfg *config) {
 	str(&cfg.ModuleArtifactKey, "module-artifact-key", "SANDBOT_MODULE_ARTIFACT_KEY", "", "key (32 characters or more, the same on every replica, kept out of the database) that authenticates the compiled bot modules replicas share through the database; empty: a key kept in the database")
 	str(&cfg.SMTPURL, "smtp-url", "SANDBOT_SMTP_URL", "", "smtp://user:pass@host:port for invitation e-mails; empty logs them")
 	str(&cfg.AppBaseURL, "app-base-url", "SANDBOT_APP_BASE_URL", "", "base URL of the web app: invitation links point at <app>setpassword/…, and its origin may call the API (empty: the base URL)")
+	str(&cfg.MLLPAddrs, "mllp-addrs", "SANDBOT_MLLP_ADDRS", "", "HL7 over MLLP: comma-separated ADDR=PROJECT[;CIDR...] listeners (\":2575=<project id>\"), each feeding one project's Agent channel")
 	str(&cfg.CORSOrigins, "cors-origins", "SANDBOT_CORS_ORIGINS", "", "comma-separated origins (https://app.example.com) whose browser apps may call the API")
 	str(&cfg.LogLevel, "log-level", "SANDBOT_LOG_LEVEL", "info", "debug, info, warn or error")
 	dur(&cfg.TokenTTL, "token-ttl", "SANDBOT_TOKEN_TTL", time.Hour, "access token lifetime")
@@ -158,6 +164,11 @@ func (c *config) validate() error {
 		} else if !strings.HasSuffix(c.AppBaseURL, "/") {
 			c.AppBaseURL += "/"
 		}
+	}
+	if ls, err := hl7feed.ParseListeners(c.MLLPAddrs); err != nil {
+		bad("%v", err)
+	} else {
+		c.mllp = ls
 	}
 	c.corsOrigins = nil
 	for _, o := range strings.Split(c.CORSOrigins, ",") {

@@ -212,6 +212,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		ModuleArtifactKey: []byte(cfg.ModuleArtifactKey),
 		AppBaseURL:        cfg.AppBaseURL,
 		CORSOrigins:       cfg.corsOrigins,
+		MLLP:              cfg.mllp,
 		TrustedProxies:    cfg.Proxies,
 		WebhookAllow:      cfg.webhookAllow,
 		Runtime:           rt,

@@ -6,6 +6,7 @@ package server
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"net/http"
 	"net/netip"
@@ -29,6 +30,7 @@ import (
 	"github.com/sandbot/sandbot/internal/services/bulkexport"
 	"github.com/sandbot/sandbot/internal/services/fhirgraphql"
 	"github.com/sandbot/sandbot/internal/services/fhirservice"
+	"github.com/sandbot/sandbot/internal/services/hl7feed"
 	"github.com/sandbot/sandbot/internal/services/jobs"
 	"github.com/sandbot/sandbot/internal/services/schedules"
 	"github.com/sandbot/sandbot/internal/services/subscriptions"
@@ -75,6 +77,9 @@ type Config struct {
 	// WebhookAllow are the ranges that Subscriptions' HTTP hooks may call
 	// although they are not public (SANDBOT_WEBHOOK_ALLOW).
 	WebhookAllow []netip.Prefix
+	// MLLP are the HL7 listeners (SANDBOT_MLLP_ADDRS); they need a runtime
+	// and the job engine.
+	MLLP []hl7feed.Listener
 }
 
 // Server is the assembled server.
@@ -101,6 +106,8 @@ type Server struct {
 	// Schedules runs bots on their schedules (Bot.cronString, Cron); nil
 	// without a runtime or a job engine.
 	Schedules *schedules.Service
+	// HL7 receives HL7 messages over MLLP; nil without listeners.
+	HL7 *hl7feed.Service
 
 	ready atomic.Bool
 	log   *slog.Logger
@@ -154,6 +161,10 @@ func New(ctx context.Context, cfg Config, st store.Store, reg *prometheus.Regist
 			// from the store's write hook.
 			s.Schedules = schedules.New(schedules.Config{Store: st.(*sqlstore.Store), Bots: s.Bots, Jobs: s.Jobs,
 				Limits: cfg.Limits, Log: log, Registerer: reg})
+			if len(cfg.MLLP) > 0 {
+				s.HL7 = hl7feed.New(hl7feed.Config{Listeners: cfg.MLLP, Store: st.(*sqlstore.Store), Bots: s.Bots, Jobs: s.Jobs,
+					Limits: cfg.Limits, Log: log, Registerer: reg})
+			}
 		}
 	}
 	// The GraphQL schema is generated from the embedded definitions once per
@@ -252,6 +263,15 @@ func New(ctx context.Context, cfg Config, st store.Store, reg *prometheus.Regist
 	if s.Schedules != nil {
 		s.Schedules.Start(context.WithoutCancel(ctx))
 	}
+	if len(cfg.MLLP) > 0 {
+		if s.HL7 == nil {
+			return nil, errors.New("SANDBOT_MLLP_ADDRS needs the bot runtime and the job engine")
+		}
+		if err := s.HL7.Start(); err != nil {
+			s.Close()
+			return nil, err
+		}
+	}
 	return s, nil
 }
 
@@ -268,6 +288,9 @@ func (s *Server) StopJobs(ctx context.Context) {
 // listening to the store's changes and flushes what the server writes in
 // the background (bot audit events).
 func (s *Server) Close() {
+	if s.HL7 != nil {
+		s.HL7.Close()
+	}
 	now, cancel := context.WithCancel(context.Background())
 	cancel()
 	if s.Schedules != nil {

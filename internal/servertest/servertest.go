@@ -195,12 +195,18 @@ func (s *Server) NewMember(t testing.TB, projectID, name string, isAdmin bool) *
 // the store and returns a client logged in as it.
 func (s *Server) NewProject(t testing.TB, name string) *Client {
 	t.Helper()
+	return s.NewProjectWithID(t, uuid.NewString(), name)
+}
+
+// NewProjectWithID is NewProject with the project's id chosen (for a
+// configuration that names the project before it exists, an MLLP listener).
+func (s *Server) NewProjectWithID(t testing.TB, id, name string) *Client {
+	t.Helper()
 	ctx := context.Background()
 	secret := admin.NewSecret()
 	var projectID, clientID string
 	err := s.Store.InTx(ctx, func(tx store.Store) error {
 		// A project belongs to itself: its id is its meta.project.
-		id := uuid.NewString()
 		if _, err := tx.Create(ctx, fhir.Resource{"resourceType": "Project", "name": name, "strictMode": true}, store.Write{Project: id, ID: id, Author: fhir.Reference{Reference: "system"}}); err != nil {
 			return err
 		}

@@ -87,8 +87,8 @@ func (s *Store) migrateRiver(ctx context.Context) error {
 }
 
 // indexRiver adds, on SQLite, the indexes that the job engine's lookups by
-// metadata need (a project's backlog, a task's predecessors of the same
-// order key): without them each lookup scans every waiting job, and a queue
+// metadata need (a project's backlog, a task's predecessors in its
+// partition): without them each lookup scans every waiting job, and a queue
 // of thousands costs every submission as much. PostgreSQL answers them with
 // River's GIN index on metadata. Created after River's migrations, which
 // make the table; idempotent.
@@ -97,7 +97,8 @@ func (s *Store) indexRiver(ctx context.Context) error {
 		return nil
 	}
 	for _, q := range []string{
-		`CREATE INDEX IF NOT EXISTS sandbot_river_job_order ON river_job (json_extract(metadata, '$.order'), id)`,
+		`DROP INDEX IF EXISTS sandbot_river_job_order`,
+		`CREATE INDEX IF NOT EXISTS sandbot_river_job_partition ON river_job (json_extract(metadata, '$.partition'), id)`,
 		`CREATE INDEX IF NOT EXISTS sandbot_river_job_project ON river_job (json_extract(metadata, '$.project'), queue, state)`,
 	} {
 		if _, err := s.db.ExecContext(ctx, q); err != nil {

@@ -26,7 +26,7 @@ func memberBot(t *testing.T, c *servertest.Client, name string, wasm []byte) str
 
 // createMemberBot creates a Bot through the admin API, which gives it a
 // project membership of its own, and answers its id.
-func createMemberBot(t *testing.T, c *servertest.Client, bot map[string]any) string {
+func createMemberBot(t testing.TB, c *servertest.Client, bot map[string]any) string {
 	t.Helper()
 	r := c.Do("POST", "admin/projects/"+c.ProjectID+"/bot", bot, "application/json")
 	if r.Status != 201 {

@@ -31,7 +31,7 @@ func deployJS(t *testing.T, c *servertest.Client, name, code string, extra map[s
 // memberJSBot creates a JavaScript Bot through the admin API, which gives it
 // a membership of its own (its MedplumClient then acts as the bot), and
 // deploys code to it.
-func memberJSBot(t *testing.T, c *servertest.Client, name, code string) string {
+func memberJSBot(t testing.TB, c *servertest.Client, name, code string) string {
 	t.Helper()
 	id := createMemberBot(t, c, map[string]any{"name": name, "runtimeVersion": "vmcontext"})
 	deployJSCode(t, c, id, name, code)
@@ -40,7 +40,7 @@ func memberJSBot(t *testing.T, c *servertest.Client, name, code string) string {
 
 // deployJSCode deploys code to the Bot id, skipping the test when the
 // engine was not fetched (outside CI).
-func deployJSCode(t *testing.T, c *servertest.Client, id, name, code string) {
+func deployJSCode(t testing.TB, c *servertest.Client, id, name, code string) {
 	t.Helper()
 	r := c.Do("POST", "fhir/R4/Bot/"+id+"/$deploy", map[string]any{"code": code, "filename": name + ".js"}, "")
 	if r.Status == 400 && strings.Contains(r.Issue(), "make js") && os.Getenv("CI") == "" {

@@ -45,6 +45,7 @@ type auditEntry struct {
 	input      string // the input's reference when it is a resource with an id
 	entities   []string
 	attempt    int
+	details    []Detail
 	outcome    string
 	desc       string
 	start, end time.Time
@@ -76,8 +77,16 @@ func (e *auditEntry) event() fhir.Resource {
 	if e.input != "" {
 		entity = append(entity, map[string]any{"what": map[string]any{"reference": e.input}, "role": entityRole(e.input)})
 	}
-	for _, ref := range e.entities {
-		entity = append(entity, map[string]any{"what": map[string]any{"reference": ref}, "role": entityRole(ref)})
+	for i, ref := range e.entities {
+		en := map[string]any{"what": map[string]any{"reference": ref}, "role": entityRole(ref)}
+		if i == 0 && len(e.details) > 0 {
+			var ds []any
+			for _, d := range e.details {
+				ds = append(ds, map[string]any{"type": d.Type, "valueString": d.Value})
+			}
+			en["detail"] = ds
+		}
+		entity = append(entity, en)
 	}
 	ev := fhir.Resource{
 		"resourceType": "AuditEvent",
@@ -248,7 +257,8 @@ func (s *Service) audit(p *principal.Principal, t *target, c call, start time.Ti
 	}
 	end := time.Now().UTC()
 	e := auditEntry{project: t.rec.Project, bot: "Bot/" + t.rec.ID, botName: t.bot.String("name"), requester: p.Profile,
-		input: inputReference(c.input), entities: c.entities, attempt: c.attempt, outcome: outcome, desc: desc, start: start.UTC(), end: end}
+		input: inputReference(c.input), entities: c.entities, attempt: c.attempt, details: c.details, outcome: outcome, desc: desc,
+		start: start.UTC(), end: end}
 	if toLog {
 		s.log.Info("bot execution", "audit_event", "execute", "project", e.project, "bot", e.bot, "requester", e.requester,
 			"trigger", string(c.trigger), "outcome", e.outcome, "start", e.start.Format(fhir.TimeFormat), "end", e.end.Format(fhir.TimeFormat))

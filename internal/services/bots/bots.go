@@ -44,6 +44,8 @@ const (
 	TriggerCron Trigger = "cron"
 	// TriggerWebhook: POST /webhook/{membership} without a token (Webhook).
 	TriggerWebhook Trigger = "webhook"
+	// TriggerHL7: an HL7 v2 message received over MLLP (internal/services/hl7feed).
+	TriggerHL7 Trigger = "hl7"
 )
 
 // Execute asks for one execution of a Bot.
@@ -72,11 +74,17 @@ type Execute struct {
 	// Subscription's delivery), from 1; its AuditEvent records it. 0 for
 	// one that does not.
 	Attempt int
+	// Details describe the first of Entities in the AuditEvent
+	// (entity.detail: an HL7 message's control id and acknowledgement).
+	Details []Detail
 	// Async accepts the execution as a job (Prefer: respond-async) that
 	// RequestURL, the URL of the request, names in its AsyncJob.
 	Async      bool
 	RequestURL string
 }
+
+// Detail is an AuditEvent entity.detail: a type and a string value.
+type Detail struct{ Type, Value string }
 
 // Result is what an execution answered, in the shape of an HTTP answer
 // (sdk/ABI.md §3, docs/decisions.md 7-8).

@@ -48,6 +48,7 @@ type call struct {
 	trigger   Trigger
 	entities  []string
 	attempt   int
+	details   []Detail
 }
 
 // target is a Bot resolved for an execution: its record, decoded, and its
@@ -78,7 +79,7 @@ func (s *Service) Execute(ctx context.Context, ex Execute) (*Result, error) {
 	if err != nil {
 		return nil, err
 	}
-	c := call{headers: ex.Headers, traceID: ex.TraceID, trigger: ex.Trigger, entities: ex.Entities, attempt: ex.Attempt}
+	c := call{headers: ex.Headers, traceID: ex.TraceID, trigger: ex.Trigger, entities: ex.Entities, attempt: ex.Attempt, details: ex.Details}
 	if ex.Query != nil {
 		q := url.Values{}
 		for k, v := range ex.Query {

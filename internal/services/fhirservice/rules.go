@@ -226,6 +226,11 @@ var Rules = []Rule{
 	{Type: "Bot", Field: "runtimeVersion", Roles: Bot, Access: ReadOnly},
 	{Type: "Bot", Roles: Bot, Deny: OpDeploy, Message: "A bot cannot deploy bots"},
 
+	// An Agent says which Bot runs the messages of an HL7 feed (the
+	// listener is the operator's, internal/services/hl7feed): the project's
+	// admins wire it, not its members or bots.
+	{Type: "Agent", Roles: Member | Bot, Deny: OpWrite, Message: "Agents (which Bot an HL7 feed runs) are written by the project's admins"},
+
 	// What a project admin may not see or change of its Project.
 	{Type: "Project", Field: "superAdmin", Roles: NotSuperAdmin, Access: Hidden},
 	{Type: "Project", Field: "systemSecret", Roles: NotSuperAdmin, Access: Hidden},

@@ -176,6 +176,8 @@ type args struct {
 	AsyncJob string          `json:"asyncJob"`
 	Project  string          `json:"project"`
 	Payload  json.RawMessage `json:"payload"`
+	// Partition orders the tasks that share it (Task.Partition).
+	Partition string `json:"partition,omitempty"`
 }
 
 func (a args) Kind() string { return a.K }

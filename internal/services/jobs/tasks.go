@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"sort"
 	"time"
 
 	"github.com/riverqueue/river"
@@ -25,11 +26,15 @@ type Task struct {
 	Payload []byte
 	// MaxAttempts is how many times it may be run (0: the engine's).
 	MaxAttempts int
-	// Order, when set, makes the tasks of a queue that share it run one at
-	// a time in the order they were enqueued: a task waits while one
-	// enqueued before it is still to run, running or waiting to be tried
-	// again (one that gave up no longer holds the others back).
-	Order string
+	// Partition, when set, orders the tasks of its kind that share it: one
+	// runs only once every task of the partition enqueued before it has
+	// ended (completed, or given up), so they run one at a time in the
+	// order their transactions committed. Tasks of different partitions
+	// run in parallel. A task whose predecessor is running waits for it in
+	// its worker for up to PartitionWait; one whose predecessor waits (for
+	// a worker, or a retry) is put back for PartitionSnooze, without
+	// counting an attempt.
+	Partition string
 	// At, when set, is when it becomes due (River's job scheduler, which
 	// runs on the elected leader every few seconds, makes it available).
 	At time.Time
@@ -39,9 +44,13 @@ type Task struct {
 	Unique bool
 }
 
-// orderWait is how long a task whose predecessor is not done waits before
-// it looks again.
-const orderWait = 20 * time.Millisecond
+// PartitionWait is how long a task of a partition whose predecessor is
+// running waits for it in its worker before it is handed back;
+// PartitionSnooze is how long a task handed back waits to be fetched again.
+const (
+	PartitionWait   = 2 * time.Second
+	PartitionSnooze = 250 * time.Millisecond
+)
 
 // TaskFunc runs a task. nil: done. A *RetryError: run it again after its
 // delay, uncounted (no capacity). An error wrapped by Permanent: give up
@@ -77,9 +86,15 @@ func (e *Engine) HandleTasks(kind, queue string, fn TaskFunc) {
 // if and only if tx commits. Its River priority, like a job's, comes from
 // its project's backlog in its queue.
 func (e *Engine) Enqueue(ctx context.Context, tx store.Store, t Task) error {
-	reg, ok := e.handlers[t.Kind]
-	if !ok {
-		return fmt.Errorf("jobs: no handler of %q", t.Kind)
+	return e.EnqueueMany(ctx, tx, []Task{t})
+}
+
+// EnqueueMany adds tasks in tx, in their order, with one insert: the
+// partitions' locks are taken in sorted order (two transactions never wait
+// for each other in a cycle), and each project's backlog is counted once.
+func (e *Engine) EnqueueMany(ctx context.Context, tx store.Store, tasks []Task) error {
+	if len(tasks) == 0 {
+		return nil
 	}
 	client, err := e.clientFor(ctx)
 	if err != nil {
@@ -89,30 +104,65 @@ func (e *Engine) Enqueue(ctx context.Context, tx store.Store, t Task) error {
 	if !ok {
 		return errors.New("jobs: Enqueue outside a transaction of the store")
 	}
-	n, err := e.backlog(ctx, sqlTx, reg.queue, t.Project, priorityLimit(e.cfg.Workers))
-	if err != nil {
+	// Tasks of a partition are inserted one transaction at a time, so that
+	// their ids are in commit order.
+	var parts []string
+	for _, t := range tasks {
+		if t.Partition != "" {
+			parts = append(parts, t.Partition)
+		}
+	}
+	sort.Strings(parts)
+	for i, p := range parts {
+		if i == 0 || p != parts[i-1] {
+			if err := tx.Lock(ctx, "task-partition "+p); err != nil {
+				return err
+			}
+		}
+	}
+	type qp struct{ queue, project string }
+	backlogs := map[qp]int{}
+	params := make([]river.InsertManyParams, 0, len(tasks))
+	queues := make([]string, 0, len(tasks))
+	for _, t := range tasks {
+		reg, ok := e.handlers[t.Kind]
+		if !ok {
+			return fmt.Errorf("jobs: no handler of %q", t.Kind)
+		}
+		k := qp{reg.queue, t.Project}
+		n, ok := backlogs[k]
+		if !ok {
+			if n, err = e.backlog(ctx, sqlTx, reg.queue, t.Project, priorityLimit(e.cfg.Workers)); err != nil {
+				return err
+			}
+		}
+		backlogs[k] = n + 1
+		md := map[string]string{"project": t.Project}
+		if t.Partition != "" {
+			md["partition"] = t.Partition
+		}
+		meta, _ := json.Marshal(md)
+		opts := &river.InsertOpts{Queue: reg.queue, Priority: priorityFor(n, e.cfg.Workers), Metadata: meta}
+		if t.MaxAttempts > 0 {
+			opts.MaxAttempts = t.MaxAttempts
+		}
+		if !t.At.IsZero() {
+			opts.ScheduledAt = t.At
+		}
+		if t.Unique {
+			opts.UniqueOpts = river.UniqueOpts{ByArgs: true}
+		}
+		params = append(params, river.InsertManyParams{
+			Args: args{K: t.Kind, Project: t.Project, Payload: t.Payload, Partition: t.Partition}, InsertOpts: opts})
+		queues = append(queues, reg.queue)
+	}
+	if _, err := client.InsertManyTx(ctx, sqlTx, params); err != nil {
 		return err
 	}
-	m := map[string]string{"project": t.Project}
-	if t.Order != "" {
-		m["order"] = t.Order
+	for _, q := range queues {
+		e.metrics.submitted.WithLabelValues(q).Inc()
 	}
-	meta, _ := json.Marshal(m)
-	opts := &river.InsertOpts{Queue: reg.queue, Priority: priorityFor(n, e.cfg.Workers), Metadata: meta}
-	if t.MaxAttempts > 0 {
-		opts.MaxAttempts = t.MaxAttempts
-	}
-	if !t.At.IsZero() {
-		opts.ScheduledAt = t.At
-	}
-	if t.Unique {
-		opts.UniqueOpts = river.UniqueOpts{ByArgs: true}
-	}
-	_, err = client.InsertTx(ctx, sqlTx, args{K: t.Kind, Project: t.Project, Payload: t.Payload}, opts)
-	if err == nil {
-		e.metrics.submitted.WithLabelValues(reg.queue).Inc()
-	}
-	return err
+	return nil
 }
 
 // taskWorker runs the tasks of one kind.
@@ -125,16 +175,30 @@ type taskWorker struct {
 
 func (w *taskWorker) Work(ctx context.Context, rj *river.Job[args]) error {
 	e := w.engine
-	var meta struct {
-		Order string `json:"order"`
-	}
-	if json.Unmarshal(rj.Metadata, &meta) == nil && meta.Order != "" {
-		waiting, err := e.predecessorPending(ctx, w.queue, meta.Order, rj.ID)
-		if err != nil {
-			return err
-		}
-		if waiting {
-			return river.JobSnooze(orderWait)
+	if p := rj.Args.Partition; p != "" {
+		// A predecessor that is running usually ends within moments: wait
+		// for it here, looking every few milliseconds, rather than hand the
+		// task back to a fetch that may come only at the next poll. One
+		// that waits (its turn, or a retry) may take long: hand the task
+		// back at once, behind it in the fetch order.
+		deadline := time.Now().Add(PartitionWait)
+		for {
+			state, err := e.predecessor(ctx, w.queue, p, rj.ID)
+			if err != nil {
+				return err
+			}
+			if state == "" {
+				break
+			}
+			if state != "running" || time.Now().After(deadline) {
+				e.metrics.ended.WithLabelValues(w.queue, "partition_wait").Inc()
+				return river.JobSnooze(PartitionSnooze)
+			}
+			select {
+			case <-ctx.Done():
+				return ctx.Err()
+			case <-time.After(5 * time.Millisecond):
+			}
 		}
 	}
 	if rj.Attempt == 1 {
@@ -165,22 +229,23 @@ func (w *taskWorker) Work(ctx context.Context, rj *river.Job[args]) error {
 	return err
 }
 
-// predecessorPending reports whether a task of queue with the same order
-// key, enqueued before the task id, is still to be done.
-func (e *Engine) predecessorPending(ctx context.Context, queue, order string, id int64) (bool, error) {
+// predecessor is the state of the first task of partition enqueued before
+// job id that has not ended ("" when there is none).
+func (e *Engine) predecessor(ctx context.Context, queue, partition string, id int64) (string, error) {
 	var q string
 	if e.store.Dialect() == sqlstore.Postgres {
-		q = `SELECT EXISTS (SELECT 1 FROM river_job WHERE metadata @> jsonb_build_object('order', $1::text) AND queue = $2
-			AND id < $3 AND state IN ('available', 'pending', 'retryable', 'running', 'scheduled'))`
+		q = `SELECT COALESCE((SELECT state::text FROM river_job WHERE metadata @> jsonb_build_object('partition', $1::text)
+			AND queue = $2 AND id < $3 AND state IN ('available', 'pending', 'retryable', 'running', 'scheduled')
+			ORDER BY id LIMIT 1), '')`
 	} else {
-		// json_extract(metadata, '$.order') is indexed (sqlstore's
+		// json_extract(metadata, '$.partition') is indexed (sqlstore's
 		// indexRiver).
-		q = `SELECT EXISTS (SELECT 1 FROM river_job WHERE json_extract(metadata, '$.order') = ?1 AND id < ?3 AND queue = ?2
-			AND state IN ('available', 'pending', 'retryable', 'running', 'scheduled'))`
+		q = `SELECT COALESCE((SELECT state FROM river_job WHERE json_extract(metadata, '$.partition') = ?1 AND id < ?3
+			AND queue = ?2 AND state IN ('available', 'pending', 'retryable', 'running', 'scheduled') ORDER BY id LIMIT 1), '')`
 	}
-	var pending bool
-	err := e.store.DB().QueryRowContext(ctx, q, order, queue, id).Scan(&pending)
-	return pending, err
+	var state string
+	err := e.store.DB().QueryRowContext(ctx, q, partition, queue, id).Scan(&state)
+	return state, err
 }
 
 // NextRetry doubles the wait after each failed attempt, from a second, up

@@ -167,7 +167,7 @@ func (s *Service) onWrite(ctx context.Context, tx store.Store, writes []store.Wr
 				payload, _ := json.Marshal(delivery{Subscription: sub.ID, Interaction: w.Interaction, Type: w.Record.ResourceType,
 					ID: w.Record.ID, Version: version, Written: time.Now(), Depth: depth + 1})
 				if err := s.cfg.Jobs.Enqueue(ctx, tx, jobs.Task{Kind: deliveryKind, Project: project, Payload: payload,
-					MaxAttempts: sub.MaxAttempts, Order: sub.ID + " " + w.Record.ResourceType + "/" + w.Record.ID}); err != nil {
+					MaxAttempts: sub.MaxAttempts, Partition: "subscription " + sub.ID + " " + w.Record.ResourceType + "/" + w.Record.ID}); err != nil {
 					return err
 				}
 				s.metrics.deliveries.WithLabelValues("enqueued").Inc()

@@ -1,0 +1,674 @@
+// Package hl7feed receives HL7 v2 messages over MLLP and runs a bot for each
+// one. The operator names the addresses to listen on and the project each
+// feeds (SANDBOT_MLLP_ADDRS); which Bot runs is the project's data, in the
+// reference's shape: an Agent whose channel has an Endpoint with an mllp://
+// address on the listener's port and a targetReference to the Bot.
+//
+// A message is acknowledged only once it is kept: it is committed with the
+// task that will run its bot, in one transaction, and then answered AA (CA
+// when the sender asked for enhanced acknowledgements in MSH-15). A message
+// that cannot be kept is answered AE (CE), a malformed one AR (CR) with an
+// ERR segment, and the connection stays usable. A message whose control id
+// (MSH-10) was kept on the same channel within the deduplication window is
+// answered as the first time and not run again. The tasks of a channel run
+// one at a time in the order they were kept (jobs.Task.Partition), or per
+// partition key (a patient's identifier) when the channel names one. The
+// bot runs as its own membership through the bots service, with retries.
+//
+// It uses net for MLLP's TCP but knows nothing of HTTP; the framing is
+// internal/mllp's.
+package hl7feed
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/url"
+	"sort"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/sandbot/sandbot/fhir"
+	"github.com/sandbot/sandbot/internal/mllp"
+	"github.com/sandbot/sandbot/internal/principal"
+	"github.com/sandbot/sandbot/internal/services/bots"
+	"github.com/sandbot/sandbot/internal/services/jobs"
+	"github.com/sandbot/sandbot/limits"
+	"github.com/sandbot/sandbot/runtime"
+	"github.com/sandbot/sandbot/sdk/hl7"
+	"github.com/sandbot/sandbot/store"
+	"github.com/sandbot/sandbot/store/sqlstore"
+)
+
+// The task's kind and queue.
+const (
+	taskKind  = "hl7-message"
+	taskQueue = "hl7"
+)
+
+// PartitionKeyExtension is the Agent.channel extension (valueString, an HL7
+// path such as "PID-3.1") whose value in each message orders the channel's
+// messages per value instead of all together.
+const PartitionKeyExtension = "https://sandbot.dev/fhir/StructureDefinition/hl7-partition-key"
+
+// MaxAttempts is how many times a message's bot is run when it fails.
+const MaxAttempts = 4
+
+// channelCacheTTL is how long a listener's channel, read from the project's
+// Agents, is used before it is read again.
+const channelCacheTTL = 2 * time.Second
+
+// Config configures the service.
+type Config struct {
+	Listeners []Listener
+	Store     *sqlstore.Store
+	Bots      *bots.Service
+	Jobs      *jobs.Engine
+	Limits    limits.Limits
+	Log       *slog.Logger
+	// Registerer receives the metrics; nil registers none.
+	Registerer prometheus.Registerer
+}
+
+// Service listens and runs the messages' bots.
+type Service struct {
+	cfg     Config
+	store   *sqlstore.Store
+	log     *slog.Logger
+	metrics *metrics
+
+	// keeps takes the messages to keep; keepers commit them in batches.
+	keeps chan keepRequest
+	stop  chan struct{}
+
+	mu        sync.Mutex
+	listeners []*listener
+	closed    bool
+	wg        sync.WaitGroup
+}
+
+type listener struct {
+	Listener
+	ln   net.Listener
+	port string
+
+	mu     sync.Mutex
+	conns  map[net.Conn]bool
+	perIP  map[string]int
+	cached *channel
+	expiry time.Time
+}
+
+// channel is where a listener's messages go.
+type channel struct {
+	agent, name, bot string
+	partitionKey     string
+}
+
+// New builds the service and registers its task with the job engine; Start
+// opens the listeners.
+func New(cfg Config) *Service {
+	cfg.Limits = cfg.Limits.WithDefaults()
+	if cfg.Log == nil {
+		cfg.Log = slog.New(slog.DiscardHandler)
+	}
+	s := &Service{cfg: cfg, store: cfg.Store, log: cfg.Log, metrics: newMetrics(cfg.Registerer),
+		keeps: make(chan keepRequest, 1024), stop: make(chan struct{})}
+	cfg.Jobs.HandleTasks(taskKind, taskQueue, s.run)
+	return s
+}
+
+// keepers is how many transactions keep messages at once; each keeps every
+// message that waits when it begins (up to maxBatch) in one transaction, so
+// that concurrent connections share a commit (and its sync to disk).
+const (
+	keepers  = 2
+	maxBatch = 128
+)
+
+type keepRequest struct {
+	project, key, control, partition string
+	payload                          []byte
+	done                             chan keepResult
+}
+
+type keepResult struct {
+	dup bool
+	err error
+}
+
+// keep commits a message with its task (or finds it a duplicate) and
+// answers when the transaction has committed.
+func (s *Service) keep(r keepRequest) keepResult {
+	r.done = make(chan keepResult, 1)
+	select {
+	case s.keeps <- r:
+	case <-s.stop:
+		return keepResult{err: errors.New("the server is stopping")}
+	}
+	select {
+	case res := <-r.done:
+		return res
+	case <-s.stop:
+		// The connection is closing: its sender gets no answer and sends
+		// the message again (a duplicate if it was kept).
+		return keepResult{err: errors.New("the server is stopping")}
+	}
+}
+
+// keeper commits batches of messages until the service stops.
+func (s *Service) keeper() {
+	defer s.wg.Done()
+	for {
+		var first keepRequest
+		select {
+		case first = <-s.keeps:
+		case <-s.stop:
+			return
+		}
+		batch := []keepRequest{first}
+	more:
+		for len(batch) < maxBatch {
+			select {
+			case r := <-s.keeps:
+				batch = append(batch, r)
+			default:
+				break more
+			}
+		}
+		s.commit(batch)
+	}
+}
+
+// commit keeps a batch in one transaction: each message's duplicate count,
+// and the tasks of those that are new. If the transaction fails, every
+// message of the batch is answered AE, and none was kept.
+func (s *Service) commit(batch []keepRequest) {
+	s.metrics.batch.Observe(float64(len(batch)))
+	dups := make([]bool, len(batch))
+	ctx, cancel := context.WithTimeout(context.Background(), time.Duration(s.cfg.Limits.MLLPReadSeconds)*time.Second)
+	defer cancel()
+	err := s.store.InTx(ctx, func(tx store.Store) error {
+		// Duplicate counts in the order of their keys (two transactions
+		// never wait for each other's rows in a cycle); the tasks in
+		// arrival order.
+		order := make([]int, len(batch))
+		for i := range order {
+			order[i] = i
+		}
+		sort.SliceStable(order, func(a, b int) bool { return batch[order[a]].key < batch[order[b]].key })
+		window := time.Duration(s.cfg.Limits.MLLPDedupeSeconds) * time.Second
+		for _, i := range order {
+			if batch[i].control == "" {
+				continue
+			}
+			hits, _, err := tx.CountHit(ctx, batch[i].key, window)
+			if err != nil {
+				return err
+			}
+			dups[i] = hits > 1
+		}
+		tasks := make([]jobs.Task, 0, len(batch))
+		for i, r := range batch {
+			if !dups[i] {
+				tasks = append(tasks, jobs.Task{Kind: taskKind, Project: r.project, Payload: r.payload,
+					MaxAttempts: MaxAttempts, Partition: r.partition})
+			}
+		}
+		return s.cfg.Jobs.EnqueueMany(ctx, tx, tasks)
+	})
+	for i, r := range batch {
+		r.done <- keepResult{dup: dups[i], err: err}
+	}
+}
+
+// Start opens every listener; the first that fails closes the others.
+func (s *Service) Start() error {
+	for _, l := range s.cfg.Listeners {
+		ln, err := net.Listen("tcp", l.Addr)
+		if err != nil {
+			s.Close()
+			return fmt.Errorf("mllp: listen %s: %w", l.Addr, err)
+		}
+		_, port, _ := net.SplitHostPort(ln.Addr().String())
+		li := &listener{Listener: l, ln: ln, port: port, conns: map[net.Conn]bool{}, perIP: map[string]int{}}
+		s.mu.Lock()
+		s.listeners = append(s.listeners, li)
+		s.mu.Unlock()
+		s.wg.Add(1)
+		go s.accept(li)
+		if len(s.listeners) == 1 {
+			for range keepers {
+				s.wg.Add(1)
+				go s.keeper()
+			}
+		}
+		s.log.Info("mllp listening", "addr", ln.Addr().String(), "project", l.Project)
+	}
+	return nil
+}
+
+// Addrs are the addresses listened on, in the order of the listeners.
+func (s *Service) Addrs() []net.Addr {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []net.Addr
+	for _, l := range s.listeners {
+		out = append(out, l.ln.Addr())
+	}
+	return out
+}
+
+// Close stops listening, closes the connections (a message being kept is
+// either committed and acknowledged or not: the sender sends it again) and
+// waits for their goroutines.
+func (s *Service) Close() {
+	s.mu.Lock()
+	if !s.closed {
+		close(s.stop)
+	}
+	s.closed = true
+	ls := s.listeners
+	s.mu.Unlock()
+	for _, l := range ls {
+		l.ln.Close()
+		l.mu.Lock()
+		for c := range l.conns {
+			c.Close()
+		}
+		l.mu.Unlock()
+	}
+	s.wg.Wait()
+}
+
+func (s *Service) accept(l *listener) {
+	defer s.wg.Done()
+	for {
+		conn, err := l.ln.Accept()
+		if err != nil {
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() {
+				continue
+			}
+			return
+		}
+		ip := remoteIP(conn)
+		if !l.allowed(ip) {
+			s.metrics.refused.WithLabelValues("source").Inc()
+			conn.Close()
+			continue
+		}
+		l.mu.Lock()
+		if len(l.conns) >= int(s.cfg.Limits.MLLPConnections) || l.perIP[ip.String()] >= int(s.cfg.Limits.MLLPConnectionsPerAddress) {
+			l.mu.Unlock()
+			s.metrics.refused.WithLabelValues("limit").Inc()
+			conn.Close()
+			continue
+		}
+		l.conns[conn] = true
+		l.perIP[ip.String()]++
+		l.mu.Unlock()
+		s.mu.Lock()
+		closed := s.closed
+		if !closed {
+			s.wg.Add(1)
+		}
+		s.mu.Unlock()
+		if closed {
+			conn.Close()
+			return
+		}
+		s.metrics.connections.Inc()
+		go func() {
+			defer s.wg.Done()
+			defer func() {
+				// Released before the close, so that a client that saw it
+				// may connect again at once.
+				s.metrics.connections.Dec()
+				l.mu.Lock()
+				delete(l.conns, conn)
+				if l.perIP[ip.String()]--; l.perIP[ip.String()] <= 0 {
+					delete(l.perIP, ip.String())
+				}
+				l.mu.Unlock()
+				conn.Close()
+			}()
+			s.serve(l, conn)
+		}()
+	}
+}
+
+func remoteIP(c net.Conn) net.IP {
+	if a, ok := c.RemoteAddr().(*net.TCPAddr); ok {
+		return a.IP
+	}
+	return net.IPv4zero
+}
+
+// serve reads a connection's messages one after the other and answers each.
+// Between messages the connection may stay idle for the idle timeout; once a
+// message has begun it must arrive whole within the read timeout.
+func (s *Service) serve(l *listener, conn net.Conn) {
+	idle := time.Duration(s.cfg.Limits.MLLPIdleSeconds) * time.Second
+	read := time.Duration(s.cfg.Limits.MLLPReadSeconds) * time.Second
+	r := mllp.NewReader(conn, int(s.cfg.Limits.MLLPMessageBytes))
+	r.Started = func() { conn.SetReadDeadline(time.Now().Add(read)) }
+	for {
+		conn.SetReadDeadline(time.Now().Add(idle))
+		skipped := r.Skipped
+		msg, err := r.ReadFrame()
+		if r.Skipped > skipped {
+			s.metrics.framing.WithLabelValues("garbage").Inc()
+		}
+		var ack []byte
+		switch {
+		case err == nil:
+			s.metrics.bytes.Add(float64(len(msg)))
+			ack = s.receive(l, conn, msg)
+		case errors.Is(err, mllp.ErrTooLarge):
+			s.metrics.framing.WithLabelValues("too_large").Inc()
+			ack = rejectAck(fmt.Sprintf("The message is larger than %d bytes", s.cfg.Limits.MLLPMessageBytes))
+			s.metrics.messages.WithLabelValues("AR").Inc()
+		case errors.Is(err, mllp.ErrUnterminated):
+			// The lost frame has nothing to answer; the next one follows.
+			s.metrics.framing.WithLabelValues("unterminated").Inc()
+			continue
+		default:
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() {
+				s.metrics.framing.WithLabelValues("timeout").Inc()
+			}
+			return
+		}
+		conn.SetWriteDeadline(time.Now().Add(read))
+		if err := mllp.WriteFrame(conn, ack); err != nil {
+			return
+		}
+	}
+}
+
+// rejectAck answers what could not be read as a message at all (no MSH to
+// answer): an AR without MSA-2.
+func rejectAck(text string) []byte {
+	m, _ := hl7.Parse([]byte("MSH|^~\\&|||||||||P|2.5\r"))
+	ack, _ := m.Ack(hl7.AckOptions{Code: "AR", Text: text, Err: &hl7.AckError{Code: 100, Diagnostic: text}})
+	return ack.Bytes()
+}
+
+// task is a kept message's task payload.
+type task struct {
+	Agent    string    `json:"agent"`
+	Channel  string    `json:"channel"`
+	Bot      string    `json:"bot"`
+	Message  string    `json:"message"`
+	Control  string    `json:"control,omitempty"`
+	Received time.Time `json:"received"`
+	Remote   string    `json:"remote,omitempty"`
+	Ack      string    `json:"ack"`
+}
+
+// receive keeps one message and answers its acknowledgement.
+func (s *Service) receive(l *listener, conn net.Conn, raw []byte) []byte {
+	received := time.Now()
+	m, err := hl7.Parse(raw)
+	if err != nil {
+		var pe *hl7.ParseError
+		if m == nil || !m.Header().Is("MSH") {
+			s.metrics.messages.WithLabelValues("AR").Inc()
+			return rejectAck("Not an HL7 message: " + err.Error())
+		}
+		ae := &hl7.AckError{Code: 100, Diagnostic: err.Error()}
+		if errors.As(err, &pe) {
+			ae = pe.AckError()
+		}
+		return s.ack(m, "R", "The message is malformed", ae)
+	}
+	ch, err := s.channel(context.Background(), l)
+	if err != nil {
+		s.log.Warn("mllp: no channel", "addr", l.Addr, "err", err)
+		return s.ack(m, "E", "No channel of the project receives this port: "+err.Error(), &hl7.AckError{Code: 207})
+	}
+	code := ackCode(m, "A")
+	ctl := m.ControlID()
+	partition := "hl7/" + l.Project + "/" + ch.agent + "/" + ch.name
+	if ch.partitionKey != "" {
+		partition += "/" + m.Value(ch.partitionKey)
+	}
+	payload, _ := json.Marshal(task{Agent: ch.agent, Channel: ch.name, Bot: ch.bot, Message: string(raw), Control: ctl,
+		Received: received, Remote: conn.RemoteAddr().String(), Ack: code})
+	res := s.keep(keepRequest{project: l.Project, key: "hl7-seen " + ch.agent + "/" + ch.name + " " + ctl, control: ctl,
+		partition: partition, payload: payload})
+	if res.err != nil {
+		s.log.Warn("mllp: message not kept", "addr", l.Addr, "control", ctl, "err", res.err)
+		return s.ack(m, "E", "The message could not be kept; send it again", &hl7.AckError{Code: 207})
+	}
+	dup := res.dup
+	s.metrics.commitToAck.Observe(time.Since(received).Seconds())
+	if dup {
+		s.metrics.duplicates.Inc()
+	}
+	return s.ack(m, code[1:], "", nil)
+}
+
+// ackCode is the acknowledgement code of kind ("A" accepted, "E" error, "R"
+// rejected): enhanced mode (C…) when the sender filled MSH-15, the accept
+// acknowledgement type, else original mode (A…).
+func ackCode(m *hl7.Message, kind string) string {
+	if m.Header().Field(15).Value() != "" {
+		return "C" + kind
+	}
+	return "A" + kind
+}
+
+// ack builds the acknowledgement of m of kind with an optional text and ERR.
+func (s *Service) ack(m *hl7.Message, kind, text string, e *hl7.AckError) []byte {
+	code := ackCode(m, kind)
+	s.metrics.messages.WithLabelValues(code).Inc()
+	a, err := m.Ack(hl7.AckOptions{Code: code, Text: text, Err: e})
+	if err != nil {
+		return rejectAck(text)
+	}
+	return a.Bytes()
+}
+
+// channel is the listener's channel: the project's Agent (not off) with a
+// channel whose Endpoint's mllp:// address has the listener's port, and its
+// Bot. Read again after channelCacheTTL.
+func (s *Service) channel(ctx context.Context, l *listener) (*channel, error) {
+	l.mu.Lock()
+	if l.cached != nil && time.Now().Before(l.expiry) {
+		c := l.cached
+		l.mu.Unlock()
+		return c, nil
+	}
+	l.mu.Unlock()
+	scope := store.ProjectScope(l.Project)
+	agents, err := store.SearchResources(ctx, s.store, scope, "Agent", "_count=100")
+	if err != nil {
+		return nil, err
+	}
+	var found *channel
+	for _, a := range agents {
+		if a.String("status") == "off" {
+			continue
+		}
+		chans, _ := a["channel"].([]any)
+		for _, c := range chans {
+			cm, _ := c.(map[string]any)
+			ch := fhir.Resource(cm)
+			typ, id, _ := fhir.SplitReference(ch.Ref("endpoint"))
+			btyp, bot, _ := fhir.SplitReference(ch.Ref("targetReference"))
+			if typ != "Endpoint" || btyp != "Bot" {
+				continue
+			}
+			erec, err := s.store.Read(ctx, scope, "Endpoint", id)
+			if err != nil {
+				continue
+			}
+			ep, err := erec.Resource()
+			if err != nil {
+				continue
+			}
+			u, err := url.Parse(ep.String("address"))
+			if err != nil || u.Scheme != "mllp" || u.Port() != l.port {
+				continue
+			}
+			if found != nil {
+				return nil, fmt.Errorf("more than one Agent channel has an mllp:// endpoint on port %s", l.port)
+			}
+			found = &channel{agent: a.ID(), name: ch.String("name"), bot: bot}
+			if exts, ok := cm["extension"].([]any); ok {
+				for _, e := range exts {
+					em, _ := e.(map[string]any)
+					if em["url"] == PartitionKeyExtension {
+						found.partitionKey, _ = em["valueString"].(string)
+					}
+				}
+			}
+		}
+	}
+	if found == nil {
+		return nil, fmt.Errorf("no Agent channel has an mllp:// endpoint on port %s", l.port)
+	}
+	l.mu.Lock()
+	l.cached, l.expiry = found, time.Now().Add(channelCacheTTL)
+	l.mu.Unlock()
+	return found, nil
+}
+
+// run runs a kept message's bot, as the Bot's own membership. A failure (a
+// timeout, a trap, a thrown error) is tried again, up to MaxAttempts; an
+// error the bot answered with its own status is final.
+func (s *Service) run(ctx context.Context, job *jobs.Job) error {
+	var t task
+	if err := json.Unmarshal(job.Payload, &t); err != nil {
+		return jobs.Permanent(err)
+	}
+	if job.Attempt == 1 {
+		s.metrics.botStart.Observe(time.Since(t.Received).Seconds())
+	}
+	caller, err := principal.ForUser(ctx, s.store, "Bot/"+t.Bot)
+	if err != nil {
+		return err
+	}
+	if caller == nil || caller.ProjectID != job.Project {
+		s.metrics.outcomes.WithLabelValues("failed").Inc()
+		return jobs.Permanent(fmt.Errorf("Bot/%s has no membership in the project", t.Bot))
+	}
+	headers := map[string]string{
+		"content-type":          runtime.MediaHL7,
+		"x-medplum-agent":       "Agent/" + t.Agent,
+		"x-sandbot-channel":     t.Channel,
+		"x-sandbot-control-id":  t.Control,
+		"x-sandbot-attempt":     strconv.Itoa(job.Attempt),
+		"x-forwarded-for":       t.Remote,
+		"x-sandbot-received-at": t.Received.UTC().Format(time.RFC3339Nano),
+	}
+	res, err := s.cfg.Bots.Execute(ctx, bots.Execute{BotID: t.Bot, Caller: caller, Input: []byte(t.Message),
+		ContentType: runtime.MediaHL7, Headers: headers, Trigger: bots.TriggerHL7, Entities: []string{"Agent/" + t.Agent},
+		Details: []bots.Detail{{Type: "channel", Value: t.Channel}, {Type: "MSH-10", Value: t.Control}, {Type: "ACK", Value: t.Ack},
+			{Type: "attempt", Value: strconv.Itoa(job.Attempt)}}})
+	final := job.Attempt >= job.MaxAttempts
+	fail := func(err error, permanent bool) error {
+		if permanent || final {
+			s.metrics.outcomes.WithLabelValues("failed").Inc()
+			s.log.Warn("mllp: message's bot failed", "agent", t.Agent, "channel", t.Channel, "control", t.Control, "err", err)
+			return jobs.Permanent(err)
+		}
+		s.metrics.outcomes.WithLabelValues("retried").Inc()
+		return err
+	}
+	switch {
+	case err == nil && res.Thrown:
+		return fail(fhir.Errorf(fhir.EInvalid, "the bot failed"), false)
+	case err == nil && res.Status >= 400:
+		return fail(fhir.Errorf(fhir.EInvalid, "the bot answered %d", res.Status), true)
+	case err == nil:
+		s.metrics.outcomes.WithLabelValues("ok").Inc()
+		return nil
+	case fhir.IsCode(err, fhir.EThrottled):
+		var fe *fhir.Error
+		after := time.Second
+		if errors.As(err, &fe) && fe.RetryAfter > 0 {
+			after = fe.RetryAfter
+		}
+		return &jobs.RetryError{After: after, Reason: err.Error()}
+	case fhir.IsCode(err, fhir.EInvalid):
+		return fail(err, false)
+	case fhir.IsCode(err, fhir.EInternal) || fhir.IsCode(err, fhir.EUnavailable) || ctx.Err() != nil:
+		return err
+	default:
+		return fail(err, true)
+	}
+}
+
+type metrics struct {
+	messages    *prometheus.CounterVec
+	framing     *prometheus.CounterVec
+	refused     *prometheus.CounterVec
+	outcomes    *prometheus.CounterVec
+	duplicates  prometheus.Counter
+	bytes       prometheus.Counter
+	connections prometheus.Gauge
+	commitToAck prometheus.Histogram
+	botStart    prometheus.Histogram
+	batch       prometheus.Histogram
+}
+
+func newMetrics(reg prometheus.Registerer) *metrics {
+	m := &metrics{
+		messages: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sandbot_mllp_messages_total",
+			Help: "MLLP messages answered, by acknowledgement code (AA/CA kept, AE/CE not kept, AR/CR rejected).",
+		}, []string{"ack"}),
+		framing: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sandbot_mllp_framing_errors_total",
+			Help: "MLLP framing events: garbage between frames, too_large messages, unterminated frames, timeout (idle or slow sender).",
+		}, []string{"kind"}),
+		refused: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sandbot_mllp_connections_refused_total",
+			Help: "MLLP connections closed at once: limit (per listener or per source address), source (not an allowed network).",
+		}, []string{"reason"}),
+		outcomes: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sandbot_mllp_bot_runs_total",
+			Help: "Bot runs of kept MLLP messages: ok, retried (a failed attempt tried again), failed (given up).",
+		}, []string{"outcome"}),
+		duplicates: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "sandbot_mllp_duplicates_total",
+			Help: "MLLP messages whose channel and MSH-10 were kept before within the window: acknowledged, not run again.",
+		}),
+		bytes: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "sandbot_mllp_received_bytes_total",
+			Help: "Bytes of MLLP messages received (without framing).",
+		}),
+		connections: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "sandbot_mllp_connections",
+			Help: "Open MLLP connections.",
+		}),
+		commitToAck: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "sandbot_mllp_keep_seconds",
+			Help:    "Time from a message's arrival to its commit (with its task), just before its acknowledgement is sent.",
+			Buckets: prometheus.ExponentialBuckets(0.0002, 2.5, 14),
+		}),
+		botStart: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "sandbot_mllp_bot_start_seconds",
+			Help:    "Time from a message's arrival to the start of its bot's first run.",
+			Buckets: prometheus.ExponentialBuckets(0.001, 2.5, 14),
+		}),
+		batch: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "sandbot_mllp_commit_batch_size",
+			Help:    "MLLP messages kept by one transaction (messages of concurrent connections share a commit).",
+			Buckets: []float64{1, 2, 4, 8, 16, 32, 64, 128},
+		}),
+	}
+	if reg != nil {
+		reg.MustRegister(m.messages, m.framing, m.refused, m.outcomes, m.duplicates, m.bytes, m.connections, m.commitToAck, m.botStart, m.batch)
+	}
+	return m
+}
