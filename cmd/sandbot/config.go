@@ -15,8 +15,8 @@ import (
 
 	"github.com/sandbot/sandbot/fhir"
 	"github.com/sandbot/sandbot/internal/handlers/httpx"
-	"github.com/sandbot/sandbot/internal/webhook"
 	"github.com/sandbot/sandbot/internal/services/hl7feed"
+	"github.com/sandbot/sandbot/internal/webhook"
 	"github.com/sandbot/sandbot/limits"
 )
 
