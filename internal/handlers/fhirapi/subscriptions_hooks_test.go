@@ -5,6 +5,7 @@ import (
 	"crypto/hmac"
 	"crypto/sha256"
 	"encoding/hex"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -379,4 +380,52 @@ func memberWithPolicy(t *testing.T, s *servertest.Server, c *servertest.Client, 
 		t.Fatal(err)
 	}
 	return m
+}
+
+// TestSubscriptionSetToErrorAfterFailures: a Subscription whose deliveries
+// failed ten times within an hour is set to error with the reason, and
+// delivers nothing more until it is set active again.
+func TestSubscriptionSetToErrorAfterFailures(t *testing.T) {
+	servertest.ForEachBackend(t, func(t *testing.T, s *servertest.Server) {
+		c := s.NewProject(t, "auto-disable")
+		hook := newHookServer(t, func(string) int { return 500 })
+		sub := hookSubscription(hook.URL, "Patient",
+			map[string]any{"url": "https://medplum.com/fhir/StructureDefinition/subscription-max-attempts", "valueInteger": 1})
+		r := c.Do("POST", "fhir/R4/Subscription", sub, "application/fhir+json")
+		if r.Status != 201 {
+			t.Fatalf("subscription: %d %s", r.Status, r.Body)
+		}
+		id := r.JSON()["id"].(string)
+		for range 10 {
+			c.Create(map[string]any{"resourceType": "Patient"})
+		}
+		deadline := time.Now().Add(30 * time.Second)
+		var got map[string]any
+		for time.Now().Before(deadline) {
+			got = c.Do("GET", "fhir/R4/Subscription/"+id, nil, "").JSON()
+			if got["status"] == "error" {
+				break
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+		if got["status"] != "error" || !strings.Contains(fmt.Sprint(got["error"]), "10 deliveries failed") {
+			t.Fatalf("after 10 failures: %s", mustJSON(got))
+		}
+		calls := len(hook.wait(10))
+		c.Create(map[string]any{"resourceType": "Patient"})
+		time.Sleep(time.Second)
+		if n := len(hook.wait(0)); n != calls {
+			t.Errorf("a Subscription in error delivered: %d calls, then %d", calls, n)
+		}
+		// Set active again, it delivers.
+		got["status"] = "active"
+		delete(got, "error")
+		if r := c.Do("PUT", "fhir/R4/Subscription/"+id, got, "application/fhir+json"); r.Status != 200 {
+			t.Fatalf("reactivate: %d %s", r.Status, r.Body)
+		}
+		c.Create(map[string]any{"resourceType": "Patient"})
+		if n := len(hook.wait(calls + 1)); n != calls+1 {
+			t.Errorf("reactivated: %d calls, want %d", n, calls+1)
+		}
+	}, allowLoopback)
 }
