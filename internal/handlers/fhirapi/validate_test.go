@@ -1,12 +1,14 @@
 package fhirapi_test
 
 import (
+	"context"
 	"encoding/json"
 	"strings"
 	"testing"
 
 	"github.com/sandbot/sandbot/fhir"
 	"github.com/sandbot/sandbot/internal/servertest"
+	"github.com/sandbot/sandbot/store"
 )
 
 // issuesOf decodes an OperationOutcome's issues.
@@ -103,7 +105,7 @@ func TestTransactionWithAnInvalidEntry(t *testing.T) {
 {"request":{"method":"POST","url":"Observation"},"resource":` + validObservation + `},
 {"request":{"method":"POST","url":"Patient"},"resource":{"resourceType":"Patient","birthDate":"not-a-date"}}]}`
 		r := c.Do("POST", "fhir/R4", bundle, "")
-		if r.Status != 400 || !strings.Contains(string(r.Body), "Patient.birthDate") {
+		if r.Status != 400 || !hasIssue(issuesOf(t, r), "Patient.birthDate", "Bundle.entry[2]: Invalid date") {
 			t.Errorf("transaction: %d %s", r.Status, r.Body)
 		}
 		for _, typ := range []string{"Patient", "Observation"} {
@@ -180,6 +182,39 @@ func TestValidateOperation(t *testing.T) {
 		}
 		if got := c.Do("GET", "fhir/R4/Patient/"+id, nil, "").JSON(); got["birthDate"] != nil {
 			t.Errorf("instance $validate wrote: %v", got)
+		}
+	})
+}
+
+// TestServerWritesAreValid: what the server writes itself, partly straight
+// to the store (the project, its client and memberships, a Bot with its
+// membership and code, the AuditEvents and AsyncJobs of executions), is
+// valid FHIR (decision 44).
+func TestServerWritesAreValid(t *testing.T) {
+	echo := readWasm(t, "../../../examples/c-echo/c-echo.wasm")
+	servertest.ForEachBackend(t, func(t *testing.T, s *servertest.Server) {
+		c := s.NewProject(t, "server-writes")
+		bot := deployBot(t, c, echo, map[string]any{"name": "echo"})
+		if r := c.Do("POST", "fhir/R4/Bot/"+bot+"/$execute", "hi", "text/plain"); r.Status != 200 {
+			t.Fatalf("execute: %d %s", r.Status, r.Body)
+		}
+		awaitJob(t, c, submit(t, c, bot, "hi", "text/plain"))
+		awaitAudit(t, c, "entity=Bot/"+bot, nil)
+		checked := 0
+		for _, typ := range []string{"Project", "ClientApplication", "ProjectMembership", "Bot", "Binary", "AuditEvent", "AsyncJob", "Login", "User", "JsonWebKey"} {
+			found, err := store.SearchResources(context.Background(), s.Store, store.AllProjects, typ, "_count=1000")
+			if err != nil {
+				t.Fatalf("%s: %v", typ, err)
+			}
+			for _, res := range found {
+				checked++
+				if issues := fhir.Validate(res); len(issues) > 0 {
+					t.Errorf("stored %s/%s is not valid: %+v (%v)", typ, res.ID(), issues, *issues[0].Details)
+				}
+			}
+		}
+		if checked < 8 {
+			t.Errorf("only %d resources checked", checked)
 		}
 	})
 }
