@@ -325,6 +325,11 @@ func checkPrimitive(typ string, val any) string {
 	if !ok {
 		return "Invalid " + typ + ": expected a string, got " + jsonKind(val)
 	}
+	if s == "" && (typ == "string" || typ == "markdown") {
+		// An empty string is what the reference's own clients send for a
+		// field left blank (the CLI's Bot.description); it accepts it.
+		return ""
+	}
 	if strings.TrimSpace(s) == "" {
 		return "Invalid " + typ + ": empty"
 	}

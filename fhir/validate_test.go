@@ -109,7 +109,7 @@ func TestPrimitiveFormats(t *testing.T) {
 		{"dateTime", "2020-01-01T25:00:00Z", false}, {"instant", "2020-01-01T10:00:00Z", true}, {"instant", "2020-01-01T10:00:00", false},
 		{"time", "10:00:00", true}, {"time", "10:00", false}, {"id", "a-b.c", true}, {"id", "a b", false},
 		{"uri", "http://x y", false}, {"oid", "urn:oid:1.2.3", true}, {"uuid", "urn:uuid:c757873d-ec9a-4326-a141-556f43239520", true},
-		{"base64Binary", "aGVsbG8=", true}, {"base64Binary", "héllo", false}, {"string", "  ", false}, {"code", "a b", true},
+		{"base64Binary", "aGVsbG8=", true}, {"base64Binary", "héllo", false}, {"string", "  ", false}, {"string", "", true}, {"markdown", "", true}, {"code", "", false}, {"date", "", false}, {"code", "a b", true},
 	} {
 		if got := checkPrimitive(c.typ, c.v) == ""; got != c.ok {
 			t.Errorf("%s %q: valid %v, want %v", c.typ, c.v, got, c.ok)
