@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"math"
 	"regexp"
+	"sort"
 	"strconv"
 	"strings"
 )
@@ -55,6 +56,10 @@ const maxValidationDepth = 64
 func Validate(res Resource) []Issue {
 	v := validator{path: make([]byte, 0, 64)}
 	v.resource(map[string]any(res), 0)
+	if len(v.issues) > 1 {
+		// Elements are walked in map order: the answer is in a stable one.
+		sort.SliceStable(v.issues, func(i, j int) bool { return v.issues[i].Expression[0] < v.issues[j].Expression[0] })
+	}
 	return v.issues
 }
 

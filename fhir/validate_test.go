@@ -90,8 +90,8 @@ func TestValidateRefusesInvalidResources(t *testing.T) {
 
 func TestValidateReportsEveryError(t *testing.T) {
 	issues := Validate(mustParse(t, `{"resourceType":"Patient","gender":5,"foo":"bar","birthDate":"x"}`))
-	if len(issues) != 3 {
-		t.Fatalf("want 3 issues, got %+v", issues)
+	if len(issues) != 3 || issues[0].Expression[0] != "Patient.birthDate" || issues[1].Expression[0] != "Patient.foo" || issues[2].Expression[0] != "Patient.gender" {
+		t.Fatalf("want 3 issues in expression order, got %+v", issues)
 	}
 	err := ValidationError(issues)
 	if err.Code != EInvalid || len(OutcomeFor(err).Issue) != 3 {
