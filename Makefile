@@ -53,7 +53,7 @@ test-replicas:
 	deploy/local/run.sh test
 
 # HL7 for FUZZTIME (60 s by default), its acknowledgements, the FHIR search,
-# _filter, FHIRPath and resource decoders, batch and transaction Bundles,
+# _filter, FHIRPath and resource decoders, the validator, batch and transaction Bundles,
 # the FHIR service's dispatcher (any request a bot or a Bundle entry makes),
 # GraphQL queries, the bot input mapping, envelope parser and module
 # pre-parse and rewrite, client IPs, and the SDK's event decoder and envelope
@@ -67,6 +67,7 @@ fuzz:
 	GO=$(GO) scripts/fuzz.sh . ./fhir FuzzParseFilter 10s
 	GO=$(GO) scripts/fuzz.sh . ./fhir FuzzParsePath 10s
 	GO=$(GO) scripts/fuzz.sh . ./fhir FuzzParseResource 10s
+	GO=$(GO) scripts/fuzz.sh . ./fhir FuzzValidate 10s
 	GO=$(GO) scripts/fuzz.sh . ./internal/services/fhirservice FuzzBundleRequest 10s
 	GO=$(GO) scripts/fuzz.sh . ./internal/services/fhirgraphql FuzzPrepare 10s
 	GO=$(GO) scripts/fuzz.sh . ./internal/services/fhirservice FuzzDispatch 10s

@@ -104,6 +104,7 @@ func (h *Handler) Register(r *mux.Router) {
 	h.registerBots(api)
 	h.registerExport(api)
 	h.definitionRoutes(api)
+	h.validateRoutes(api)
 	api.HandleFunc("/$graphql", h.graphql).Methods(http.MethodGet, http.MethodPost)
 	api.HandleFunc("", h.bundle).Methods(http.MethodPost)
 	api.HandleFunc("/", h.bundle).Methods(http.MethodPost)

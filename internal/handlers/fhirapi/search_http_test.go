@@ -307,9 +307,16 @@ func TestSearchOtherTypes(t *testing.T) {
 		sa := s.SuperAdmin(t)
 		for _, typ := range []string{"Bot", "ClientApplication"} {
 			t.Run(typ, func(t *testing.T) {
+				res := func(name, ident string) map[string]any {
+					r := map[string]any{"resourceType": typ, "name": name + " " + typ}
+					if typ == "Bot" { // ClientApplication has no identifier element
+						r["identifier"] = []any{map[string]any{"system": "urn:t", "value": ident}}
+					}
+					return r
+				}
 				ids := map[string]string{
-					"x": str(c.Create(map[string]any{"resourceType": typ, "name": "Xray " + typ, "identifier": []any{map[string]any{"system": "urn:t", "value": "x1"}}}), "id"),
-					"y": str(c.Create(map[string]any{"resourceType": typ, "name": "Yankee " + typ, "identifier": []any{map[string]any{"system": "urn:t", "value": "y1"}}}), "id"),
+					"x": str(c.Create(res("Xray", "x1")), "id"),
+					"y": str(c.Create(res("Yankee", "y1")), "id"),
 				}
 				cases := []searchCase{
 					{"name=xray", []string{"x"}},

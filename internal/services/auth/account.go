@@ -81,6 +81,7 @@ func (a *Authenticator) Logout(ctx context.Context, p *principal.Principal) erro
 // announces the change to every principal cache).
 func (a *Authenticator) revokeLogin(ctx context.Context, loginID, userRef string) error {
 	_, err := a.fhir.Modify(ctx, principal.System("", system), "Login", loginID, func(l fhir.Resource) (fhir.Resource, error) {
+		normalizeLogin(l)
 		if l.Ref("user") != userRef {
 			return nil, fhir.ErrNotFound
 		}

@@ -166,10 +166,11 @@ func (a *Authenticator) authorizationCode(ctx context.Context, req TokenRequest)
 	refresh := password.NewSecret()
 	var grantErr string
 	rec, err := a.fhir.Modify(ctx, principal.System("", system), "Login", loginID, func(l fhir.Resource) (fhir.Resource, error) {
+		normalizeLogin(l)
 		switch {
 		case l.Bool("granted") || l.Bool("revoked") || !password.SecretMatches(l.String("code"), secret):
 			grantErr = "Invalid code"
-		case olderThan(l.String("codeIssued"), codeLifetime):
+		case olderThan(codeIssued(l), codeLifetime):
 			grantErr = "Expired code"
 		case !checkPKCE(l.String("codeChallengeMethod"), l.String("codeChallenge"), req.CodeVerifier):
 			grantErr = "Invalid code verifier"
@@ -198,6 +199,7 @@ func (a *Authenticator) refreshToken(ctx context.Context, req TokenRequest) (map
 	refresh := password.NewSecret()
 	var grantErr string
 	rec, err := a.fhir.Modify(ctx, principal.System("", system), "Login", loginID, func(l fhir.Resource) (fhir.Resource, error) {
+		normalizeLogin(l)
 		t, terr := time.Parse(fhir.TimeFormat, l.String("authTime"))
 		switch {
 		case !l.Bool("granted") || l.Bool("revoked") || !password.SecretMatches(l.String("refreshSecret"), secret):

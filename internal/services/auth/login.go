@@ -153,7 +153,7 @@ func (a *Authenticator) Login(ctx context.Context, req LoginRequest) (map[string
 		code = password.NewSecret()
 		login["membership"] = map[string]any{"reference": "ProjectMembership/" + memberships[0].ID()}
 		login["code"] = password.HashSecret(code)
-		login["codeIssued"] = time.Now().UTC().Format(fhir.TimeFormat)
+		setCodeIssued(login, time.Now())
 	}
 	// The partial login lives in the user's home project.
 	rec, err := a.fhir.Create(ctx, principal.System(user.MetaProject(), system), login)
@@ -234,11 +234,12 @@ func (a *Authenticator) SetScope(ctx context.Context, loginID, scope string) (ma
 func (a *Authenticator) reissueCode(ctx context.Context, loginID string, step func(l fhir.Resource) error) (map[string]any, error) {
 	code := password.NewSecret()
 	_, err := a.fhir.Modify(ctx, principal.System("", system), "Login", loginID, func(l fhir.Resource) (fhir.Resource, error) {
+		normalizeLogin(l)
 		if err := step(l); err != nil {
 			return nil, err
 		}
 		l["code"] = password.HashSecret(code)
-		l["codeIssued"] = time.Now().UTC().Format(fhir.TimeFormat)
+		setCodeIssued(l, time.Now())
 		return l, nil
 	})
 	if err != nil {

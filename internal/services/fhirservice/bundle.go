@@ -199,6 +199,18 @@ func entryError(err error, i int) error {
 	c.Expression = []string{fmt.Sprintf("Bundle.entry[%d]", i)}
 	if fe.Outcome == nil {
 		c.Message = fmt.Sprintf("Bundle.entry[%d]: %s", i, fe.Message)
+	} else if fe.Code == fhir.EInvalid {
+		// A resource that is not valid FHIR: each issue keeps its
+		// expression (Patient.birthDate) and says which entry it is in.
+		o := *fe.Outcome
+		o.Issue = append([]fhir.Issue(nil), o.Issue...)
+		for k, is := range o.Issue {
+			if is.Details != nil {
+				is.Details = &fhir.IssueDetails{Text: fmt.Sprintf("Bundle.entry[%d]: %s", i, is.Details.Text)}
+			}
+			o.Issue[k] = is
+		}
+		c.Outcome = &o
 	}
 	return &c
 }

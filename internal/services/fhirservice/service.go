@@ -345,6 +345,10 @@ func (s *Service) create(ctx context.Context, p *principal.Principal, res fhir.R
 	if err := enforce(typ, nil, res, rulesFor(p, typ).fields, true); err != nil {
 		return nil, err
 	}
+	// What is stored must be valid FHIR (decision 44).
+	if err := fhir.CheckValid(res); err != nil {
+		return nil, err
+	}
 	if typ == "Subscription" && !p.IsSystem() {
 		if err := s.checkSubscription(ctx, p, res); err != nil {
 			return nil, err
@@ -497,6 +501,12 @@ func (s *Service) modify(ctx context.Context, p *principal.Principal, typ, id, i
 				return nil, fhir.Invalid("Incorrect resource ID", "id")
 			}
 			if err := enforce(typ, cur, next, rules, replace); err != nil {
+				return nil, err
+			}
+			// What is stored must be valid FHIR, whatever the write (an
+			// update, a patch, a use-case's change); what was stored before
+			// validation existed is read as it is (decision 44).
+			if err := fhir.CheckValid(next); err != nil {
 				return nil, err
 			}
 			if typ == "Subscription" && !p.IsSystem() {

@@ -1,0 +1,132 @@
+package fhirservice
+
+import (
+	"context"
+	"encoding/json"
+	"strings"
+
+	"github.com/sandbot/sandbot/fhir"
+	"github.com/sandbot/sandbot/internal/principal"
+)
+
+// ValidateRequest is a $validate: POST [type]/$validate or
+// [type]/[id]/$validate.
+type ValidateRequest struct {
+	Type string
+	// ID is set for the instance level.
+	ID string
+	// Body is the resource, or a Parameters with a resource parameter (and
+	// mode, profile); empty at the instance level to validate the stored
+	// resource.
+	Body []byte
+	// Mode and Profile are the query's (a Parameters body's win).
+	Mode, Profile string
+}
+
+// Validate answers $validate: the checks every write runs (fhir.Validate),
+// as an OperationOutcome, nothing written. A valid resource answers "All
+// OK"; an invalid one one issue per error. mode "create" (the default at
+// the type level) and "update" (the default at the instance level, where
+// the body's id must be the path's) check the body; "delete" only checks
+// that the resource exists and p may see it. profile is accepted and not
+// checked (profiles are not enforced, decision 44).
+func (s *Service) Validate(ctx context.Context, p *principal.Principal, req ValidateRequest) (*fhir.OperationOutcome, error) {
+	if err := Authorize(p, req.Type, OpRead); err != nil {
+		return nil, err
+	}
+	if !fhir.KnownType(req.Type) {
+		return nil, fhir.Invalid("Unknown resource type: "+req.Type, "resourceType")
+	}
+	mode := req.Mode
+	var res fhir.Resource
+	if len(strings.TrimSpace(string(req.Body))) > 0 {
+		var err error
+		res, mode, err = validateBody(req.Body, mode)
+		if err != nil {
+			return nil, err
+		}
+	}
+	switch mode {
+	case "":
+		mode = "create"
+		if req.ID != "" {
+			mode = "update"
+		}
+	case "create", "update", "delete":
+	default:
+		return nil, fhir.Invalid("Invalid mode: "+mode, "mode")
+	}
+	if req.ID != "" && (mode == "delete" || res == nil) {
+		rec, err := s.Read(ctx, p, req.Type, req.ID)
+		if err != nil {
+			return nil, err
+		}
+		if mode == "delete" {
+			return fhir.AllOK(), nil
+		}
+		if res, err = rec.Resource(); err != nil {
+			return nil, err
+		}
+	}
+	if res == nil {
+		return nil, fhir.Invalid("Missing resource")
+	}
+	if mode == "delete" {
+		return nil, fhir.Invalid("mode delete needs an instance", "mode")
+	}
+	var issues []fhir.Issue
+	if res.Type() != req.Type {
+		issues = append(issues, fhir.Issue{Severity: "error", Code: "invalid",
+			Details:    &fhir.IssueDetails{Text: "Incorrect resource type: expected " + req.Type + ", but found " + res.Type()},
+			Expression: []string{"resourceType"}})
+	}
+	if mode == "update" && req.ID != "" && res.ID() != req.ID {
+		issues = append(issues, fhir.Issue{Severity: "error", Code: "invalid",
+			Details: &fhir.IssueDetails{Text: "Incorrect resource ID"}, Expression: []string{res.Type() + ".id"}})
+	}
+	issues = append(issues, fhir.Validate(res)...)
+	if len(issues) == 0 {
+		return fhir.AllOK(), nil
+	}
+	return &fhir.OperationOutcome{ResourceType: "OperationOutcome", Issue: issues}, nil
+}
+
+// validateBody reads a $validate body: a Parameters with resource (and
+// mode), or the resource itself.
+func validateBody(body []byte, mode string) (fhir.Resource, string, error) {
+	res, err := fhir.ParseResource(body)
+	if err != nil {
+		return nil, "", err
+	}
+	if res.Type() != "Parameters" {
+		return res, mode, nil
+	}
+	params, _ := res["parameter"].([]any)
+	var inner fhir.Resource
+	for _, v := range params {
+		prm, _ := v.(map[string]any)
+		switch prm["name"] {
+		case "resource":
+			r, ok := prm["resource"].(map[string]any)
+			if !ok {
+				return nil, "", fhir.Invalid("The resource parameter must hold a resource", "Parameters.parameter.resource")
+			}
+			raw, err := json.Marshal(r)
+			if err != nil {
+				return nil, "", fhir.Invalid("Invalid resource parameter")
+			}
+			if inner, err = fhir.ParseResource(raw); err != nil {
+				return nil, "", err
+			}
+		case "mode":
+			if m, ok := prm["valueCode"].(string); ok {
+				mode = m
+			}
+		}
+	}
+	if inner == nil {
+		// A Parameters resource validated as itself.
+		return res, mode, nil
+	}
+	return inner, mode, nil
+}
