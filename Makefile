@@ -28,7 +28,13 @@ vet:
 	  if [ -n "$$unformatted" ]; then echo "gofmt needed:"; echo "$$unformatted"; exit 1; fi
 	$(GO) vet ./...
 
-test-go:
+# compat's npm packages, before the Go suite: its HL7 feed test drives the
+# reference's own MLLP client (@medplum/hl7) from compat/hl7-send.mjs.
+COMPAT_DEPS = compat/node_modules/.package-lock.json
+$(COMPAT_DEPS): compat/package-lock.json
+	cd compat && npm ci --no-audit --no-fund --loglevel=error
+
+test-go: $(COMPAT_DEPS)
 	$(GO) test -count=1 ./...
 
 # The bot SDK is its own module (with the HL7 parser, sdk/hl7); its host-side

@@ -35,6 +35,9 @@ type element struct {
 
 // primitiveElement is the structure of a primitive's _ sibling (Element is
 // abstract, so not in the table).
+var elementBase = map[string]element{"id": {Type: "string"}, "extension": {Type: "Extension", Array: true},
+	"modifierExtension": {Type: "Extension", Array: true}}
+
 var primitiveElement = &structure{Elements: map[string]element{"id": {Type: "string"}, "extension": {Type: "Extension", Array: true}}}
 
 // maxValidationIssues bounds the issues one validation reports: a huge
@@ -140,6 +143,13 @@ func (v *validator) object(st *structure, obj map[string]any, depth int) {
 			name, ext = k[1:], true
 		}
 		el, ok := st.Elements[name]
+		if !ok && !st.Resource {
+			// Every element has an id and extensions, and a backbone
+			// element modifier extensions: some of the reference's own
+			// definitions (Agent.channel) leave them out of their
+			// snapshots.
+			el, ok = elementBase[name]
+		}
 		if !ok {
 			v.fail("structure", `Invalid additional property "`+k+`"`)
 			continue

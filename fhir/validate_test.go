@@ -39,6 +39,9 @@ func TestValidateAcceptsValidResources(t *testing.T) {
 		`{"resourceType":"Patient","name":[{"given":["A",null],"_given":[null,{"extension":[{"url":"http://x","valueString":"y"}]}]}]}`,
 		`{"resourceType":"Questionnaire","status":"draft","item":[{"linkId":"1","type":"group","item":[{"linkId":"1.1","type":"string","item":[{"linkId":"1.1.1","type":"boolean"}]}]}]}`,
 		`{"resourceType":"Bot","name":"b","runtimeVersion":"awslambda","sourceCode":{"contentType":"text/typescript","url":"Binary/1"}}`,
+		// Extensions on a backbone element the reference's definition
+		// leaves them out of.
+		`{"resourceType":"Agent","name":"a","status":"active","channel":[{"name":"c","endpoint":{"reference":"Endpoint/1"},"targetReference":{"reference":"Bot/1"},"extension":[{"url":"https://sandbot.dev/x","valueString":"PID-3.1"}]}]}`,
 		`{"resourceType":"Bundle","type":"collection","entry":[{"resource":{"resourceType":"Patient","active":true}}]}`,
 		`{"resourceType":"Parameters","parameter":[{"name":"a","valueString":"b"},{"name":"r","resource":{"resourceType":"Patient"}}]}`,
 	} {
