@@ -30,6 +30,9 @@ const hl7ObservationBot = `exports.handler = async (medplum, event) => {
 // that was answered AA has been run by its bot, its Observation present
 // once, and nothing beyond what was sent exists. Skipped with -short.
 func TestHL7FeedSurvivesKill(t *testing.T) {
+	// Slow (sockets, a scheduler that looks every 5 s, killed
+	// processes) and independent: run beside the other slow ones.
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("builds and kills the binary")
 	}

@@ -125,6 +125,9 @@ func adt(ctl, pid string) []byte {
 // oversized one is AR; a channel's messages run in the order they came;
 // the AuditEvent of each run names the Agent.
 func TestHL7FeedOverMLLP(t *testing.T) {
+	// Slow (sockets, a scheduler that looks every 5 s, killed
+	// processes) and independent: run beside the other slow ones.
+	t.Parallel()
 	project := uuid.NewString()
 	servertest.ForEachBackend(t, func(t *testing.T, s *servertest.Server) {
 		f := newFeedFor(t, s, project, "")
@@ -231,6 +234,9 @@ func TestHL7FeedOverMLLP(t *testing.T) {
 // TestHL7FeedPartitionKey: with PID-3.1 as the channel's partition key, each
 // patient's messages run in order while four patients' interleave.
 func TestHL7FeedPartitionKey(t *testing.T) {
+	// Slow (sockets, a scheduler that looks every 5 s, killed
+	// processes) and independent: run beside the other slow ones.
+	t.Parallel()
 	project := uuid.NewString()
 	servertest.ForEachBackend(t, func(t *testing.T, s *servertest.Server) {
 		f := newFeedFor(t, s, project, "PID-3.1")
@@ -274,6 +280,9 @@ func TestHL7FeedPartitionKey(t *testing.T) {
 // connections beyond the per-address limit are closed at once, and a port
 // no Agent channel names answers AE.
 func TestHL7FeedBounds(t *testing.T) {
+	// Slow (sockets, a scheduler that looks every 5 s, killed
+	// processes) and independent: run beside the other slow ones.
+	t.Parallel()
 	project := uuid.NewString()
 	servertest.ForEachBackend(t, func(t *testing.T, s *servertest.Server) {
 		addr := s.HL7.Addrs()[0].String()
@@ -339,6 +348,9 @@ func closedWithin(c *conn, d time.Duration) bool {
 // message's control id and attempt, so failed messages can be listed; the
 // channel's next message runs once the failing one is given up.
 func TestHL7FeedBotFailure(t *testing.T) {
+	// Slow (sockets, a scheduler that looks every 5 s, killed
+	// processes) and independent: run beside the other slow ones.
+	t.Parallel()
 	project := uuid.NewString()
 	servertest.ForEachBackend(t, func(t *testing.T, s *servertest.Server) {
 		f := newFeedFor(t, s, project, "")
@@ -406,6 +418,9 @@ func agentOf(t *testing.T, f *feed) string {
 // AA (the duplicate), CA; the bot ran twice. Skipped without node and
 // compat's node_modules (make compat installs them), unless CI is set.
 func TestHL7FeedWithMedplumHl7Client(t *testing.T) {
+	// Slow (sockets, a scheduler that looks every 5 s, killed
+	// processes) and independent: run beside the other slow ones.
+	t.Parallel()
 	if _, err := os.Stat("../../../compat/node_modules/@medplum/hl7"); err != nil && os.Getenv("CI") == "" {
 		t.Skip("compat/node_modules not installed (cd compat && npm ci)")
 	}

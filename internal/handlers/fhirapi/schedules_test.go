@@ -97,6 +97,9 @@ func onceEach(t *testing.T, texts []string) {
 // tick; a changed schedule takes effect by the next tick; without the
 // project feature nothing runs.
 func TestCronBotRunsOnSchedule(t *testing.T) {
+	// Slow (sockets, a scheduler that looks every 5 s, killed
+	// processes) and independent: run beside the other slow ones.
+	t.Parallel()
 	servertest.ForEachBackend(t, func(t *testing.T, s *servertest.Server) {
 		off := s.NewProject(t, "no cron feature")
 		quiet := deployJS(t, off, "ticker", tickerBot, nil)
@@ -155,6 +158,9 @@ func TestCronBotRunsOnSchedule(t *testing.T) {
 // TestCronOncePerTickOnTwoServers: two servers on one database (replicas)
 // run each tick once between them.
 func TestCronOncePerTickOnTwoServers(t *testing.T) {
+	// Slow (sockets, a scheduler that looks every 5 s, killed
+	// processes) and independent: run beside the other slow ones.
+	t.Parallel()
 	for _, b := range storetest.Backends(t) {
 		t.Run(b.Name, func(t *testing.T) {
 			url := b.NewURL(t)
@@ -182,6 +188,9 @@ func TestCronOncePerTickOnTwoServers(t *testing.T) {
 // deleting it stops it; only project admins write Crons; an invalid
 // schedule is a 400 on write, for Crons and Bots.
 func TestCronResource(t *testing.T) {
+	// Slow (sockets, a scheduler that looks every 5 s, killed
+	// processes) and independent: run beside the other slow ones.
+	t.Parallel()
 	servertest.ForEachBackend(t, func(t *testing.T, s *servertest.Server) {
 		c := s.NewProject(t, "crons")
 		enableCron(t, s, c.ProjectID)
@@ -270,6 +279,9 @@ func TestCronResource(t *testing.T) {
 // TestCronSecondsNeedTheSetting: without the test setting a six-field
 // expression is refused: production schedules are to the minute.
 func TestCronSecondsNeedTheSetting(t *testing.T) {
+	// Slow (sockets, a scheduler that looks every 5 s, killed
+	// processes) and independent: run beside the other slow ones.
+	t.Parallel()
 	s := servertest.Start(t, storetest.Backends(t)[0])
 	c := s.NewProject(t, "minutes")
 	if r := c.Do("POST", "fhir/R4/Bot", map[string]any{"resourceType": "Bot", "name": "x", "cronString": "*/2 * * * * *"}, "application/fhir+json"); r.Status != 400 ||
@@ -286,6 +298,9 @@ func TestCronSecondsNeedTheSetting(t *testing.T) {
 // killed, five ticks pass, and a new process on the same store runs one of
 // them before its schedule goes on. Skipped with -short.
 func TestCronMissedTicksRunOnce(t *testing.T) {
+	// Slow (sockets, a scheduler that looks every 5 s, killed
+	// processes) and independent: run beside the other slow ones.
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("builds and kills the binary")
 	}
