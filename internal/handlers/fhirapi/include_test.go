@@ -23,6 +23,20 @@ func entriesByMode(b map[string]any) []string {
 	return out
 }
 
+// wantEntries searches as c and checks the page's entries ("mode
+// Type/id", in any order).
+func wantEntries(t *testing.T, c *servertest.Client, name, query string, expect ...string) {
+	t.Helper()
+	r := c.Do("GET", "fhir/R4/"+query, nil, "")
+	if r.Status != 200 {
+		t.Fatalf("%s: %d %s", name, r.Status, r.Body)
+	}
+	sort.Strings(expect)
+	if got := entriesByMode(r.JSON()); strings.Join(got, "|") != strings.Join(expect, "|") {
+		t.Errorf("%s: entries %q, want %q", name, got, expect)
+	}
+}
+
 // TestSearchInclude: _include, _revinclude and :iterate add the resources
 // they name as entries of mode include, each once, through the caller's
 // access; the links keep them; * and a parameter that is not a reference
@@ -39,17 +53,7 @@ func TestSearchInclude(t *testing.T) {
 		}
 		enc := c.Create(map[string]any{"resourceType": "Encounter", "status": "finished", "class": map[string]any{"code": "AMB"},
 			"subject": map[string]any{"reference": "Patient/" + pat}})["id"].(string)
-		want := func(name, query string, expect ...string) {
-			t.Helper()
-			r := c.Do("GET", "fhir/R4/"+query, nil, "")
-			if r.Status != 200 {
-				t.Fatalf("%s: %d %s", name, r.Status, r.Body)
-			}
-			sort.Strings(expect)
-			if got := entriesByMode(r.JSON()); strings.Join(got, "|") != strings.Join(expect, "|") {
-				t.Errorf("%s: entries %q, want %q", name, got, expect)
-			}
-		}
+		want := func(name, query string, expect ...string) { t.Helper(); wantEntries(t, c, name, query, expect...) }
 		want("include", "Observation?_include=Observation:subject",
 			"match Observation/"+obs[0], "match Observation/"+obs[1], "include Patient/"+pat)
 		want("include with a target type that does not match", "Observation?_include=Observation:subject:Group",
@@ -112,17 +116,7 @@ func TestSearchHas(t *testing.T) {
 		obs(pats[2], "29463-7")
 		c.Create(map[string]any{"resourceType": "DiagnosticReport", "status": "final", "code": map[string]any{"text": "r"},
 			"result": []any{map[string]any{"reference": "Observation/" + o0}}})
-		want := func(name, query string, expect ...string) {
-			t.Helper()
-			r := c.Do("GET", "fhir/R4/"+query, nil, "")
-			if r.Status != 200 {
-				t.Fatalf("%s: %d %s", name, r.Status, r.Body)
-			}
-			sort.Strings(expect)
-			if got := entriesByMode(r.JSON()); strings.Join(got, "|") != strings.Join(expect, "|") {
-				t.Errorf("%s: %q, want %q", name, got, expect)
-			}
-		}
+		want := func(name, query string, expect ...string) { t.Helper(); wantEntries(t, c, name, query, expect...) }
 		want("has", "Patient?_has:Observation:subject:code=8302-2", "match Patient/"+pats[0], "match Patient/"+pats[1])
 		want("has with another filter", "Patient?name=p1&_has:Observation:subject:code=8302-2", "match Patient/"+pats[1])
 		want("has that matches nothing", "Patient?_has:Observation:subject:code=0000-0")
@@ -151,17 +145,7 @@ func TestSearchText(t *testing.T) {
 		bw := c.Create(map[string]any{"resourceType": "Observation", "status": "final",
 			"code": map[string]any{"coding": []any{map[string]any{"system": "http://loinc.org", "code": "29463-7", "display": "Body Weight"}}}})["id"].(string)
 		pat := c.Create(map[string]any{"resourceType": "Patient", "name": []any{map[string]any{"family": "Lovelace", "given": []any{"Ada"}}}})["id"].(string)
-		want := func(name, query string, expect ...string) {
-			t.Helper()
-			r := c.Do("GET", "fhir/R4/"+query, nil, "")
-			if r.Status != 200 {
-				t.Fatalf("%s: %d %s", name, r.Status, r.Body)
-			}
-			sort.Strings(expect)
-			if got := entriesByMode(r.JSON()); strings.Join(got, "|") != strings.Join(expect, "|") {
-				t.Errorf("%s: %q, want %q", name, got, expect)
-			}
-		}
+		want := func(name, query string, expect ...string) { t.Helper(); wantEntries(t, c, name, query, expect...) }
 		want("text", "Observation?code:text=heart", "match Observation/"+hr)
 		want("display, a later word", "Observation?code:text=weig", "match Observation/"+bw)
 		want("no match", "Observation?code:text=rate%20heart")
