@@ -414,7 +414,7 @@ func (r *Runtime) runChild(ctx context.Context, prepared []byte, dir string) (us
 		// limit (the context was not done, so it was not us).
 		r.log.Warn("bot module compilation stopped at the CPU time ceiling", "cpu", usage.cpu)
 		return usage, moduleErrorf("module is too expensive to compile: over the compile CPU time limit of %d s", lim.CompileCPUSeconds)
-	case strings.Contains(msg, "out of memory") || strings.Contains(msg, "cannot allocate memory"):
+	case childOutOfMemory(msg):
 		r.log.Warn("bot module compilation stopped at the memory ceiling", "cpu", usage.cpu, "max_rss", usage.maxRSS)
 		return usage, moduleErrorf("module is too expensive to compile: over the compile memory limit of %d bytes", lim.CompileMemoryBytes)
 	default:
@@ -423,6 +423,19 @@ func (r *Runtime) runChild(ctx context.Context, prepared []byte, dir string) (us
 		r.log.Error("bot module compilation failed", "exit", exit.ProcessState.String(), "cpu", usage.cpu, "stderr", firstLine(msg))
 		return usage, moduleErrorf("module could not be compiled (%s)", exit.ProcessState.String())
 	}
+}
+
+// childOutOfMemory reports whether the child's last words say that it ran
+// out of address space. A new thread's stack is mapped too, so under the
+// ceiling the runtime may fail there first: with cgo, pthread_create answers
+// EAGAIN ("Resource temporarily unavailable"), without it clone ENOMEM.
+func childOutOfMemory(stderr string) bool {
+	for _, s := range []string{"out of memory", "cannot allocate memory", "pthread_create failed", "failed to create new OS thread"} {
+		if strings.Contains(stderr, s) {
+			return true
+		}
+	}
+	return false
 }
 
 func firstLine(s string) string {
