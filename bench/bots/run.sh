@@ -8,6 +8,10 @@
 # ONLY=js runs only the JavaScript comparison: a trivial JavaScript bot
 # (return { ok: true }) through $execute against the Node peer running the
 # same bot as the reference's vmcontext does, with a MedplumClient per request.
+# ONLY=tail runs the tail comparison: the C echo bot through $execute against
+# the machine's floor (floor/main.go, a bare net/http handler answering the
+# same request), at 1 and 8 connections, ROUNDS rounds (default 2), as wrk
+# sees them (p50, p99, requests/s) and as ratios to the floor.
 # Server-side latency comes from sandbot's access log (exact per-request
 # durations); client-side figures are wrk's.
 set -euo pipefail
@@ -22,10 +26,11 @@ trap 'kill -INT $(jobs -p) 2>/dev/null || true; wait 2>/dev/null || true; rm -rf
 
 make -s js # the JavaScript engine, embedded by the build
 go build -o "$work/sandbot" ./cmd/sandbot
+go build -o "$work/floor" ./bench/bots/floor
 ID=bench-admin SECRET=bench-admin-secret-0123456789
 SANDBOT_ADDR=127.0.0.1:18110 SANDBOT_METRICS_ADDR=127.0.0.1:19110 SANDBOT_BASE_URL=http://127.0.0.1:18110/ \
 SANDBOT_DATA_DIR="$work/data" SANDBOT_DATABASE_URL="${DATABASE_URL:-}" SANDBOT_ADMIN_CLIENT_ID=$ID SANDBOT_ADMIN_CLIENT_SECRET=$SECRET \
-  "$work/sandbot" serve >"$work/out.log" 2>"$work/server.log" &
+SANDBOT_PPROF=true "$work/sandbot" serve >"$work/out.log" 2>"$work/server.log" &
 for _ in $(seq 1 50); do curl -sf http://127.0.0.1:18110/healthcheck >/dev/null && break; sleep 0.2; done
 B=http://127.0.0.1:18110
 TOKEN=$(curl -s -u "$ID:$SECRET" -d grant_type=client_credentials $B/oauth2/token | python3 -c 'import json,sys; print(json.load(sys.stdin)["access_token"])')
@@ -45,6 +50,33 @@ deploy_js() { # name code -> bot id (runtimeVersion vmcontext)
   curl -sf "${auth[@]}" -H 'Content-Type: application/javascript' --data-binary "$2" "$B/fhir/R4/Bot/$id/\$deploy" >/dev/null
   echo "$id"
 }
+if [ "${ONLY:-}" = tail ]; then
+  ECHO=$(deploy c-echo examples/c-echo/c-echo.wasm)
+  # (a background job of a script ignores SIGINT: the floor gets TERM.)
+  "$work/floor" 127.0.0.1:18130 &
+  FLOOR=$!
+  sleep 0.5
+  wrk -t1 -c2 -d2s -s bench/bots/post.lua "$B/fhir/R4/Bot/$ECHO/\$execute" >/dev/null
+  wrk -t1 -c2 -d2s -s bench/bots/post.lua http://127.0.0.1:18130/ >/dev/null
+  tail_run() { # label conns url -> "p50_us p99_us rps"
+    wrk -t1 -c"$2" -d"$DUR" --latency -s bench/bots/post.lua "$3" | python3 bench/bots/wrkstats.py
+  }
+  for round in $(seq 1 "${ROUNDS:-2}"); do
+    for c in 1 8; do
+      f=$(TOKEN= tail_run floor "$c" http://127.0.0.1:18130/)
+      s=$(tail_run sandbot "$c" "$B/fhir/R4/Bot/$ECHO/\$execute")
+      python3 - "$round" "$c" "$f" "$s" <<'PY'
+import sys
+r, c, f, s = sys.argv[1], sys.argv[2], sys.argv[3].split(), sys.argv[4].split()
+f50, f99, frps = map(float, f); s50, s99, srps = map(float, s)
+print(f"round {r}, {c} connection(s): floor p50 {f50:.0f} us p99 {f99:.0f} us {frps:,.0f}/s | "
+      f"sandbot p50 {s50:.0f} us p99 {s99:.0f} us {srps:,.0f}/s | ratios p50 {s50/f50:.2f}x p99 {s99/f99:.2f}x rps {srps/frps:.2f}x")
+PY
+    done
+  done
+  kill "$FLOOR"
+  exit 0
+fi
 TRIVIAL_JS=$(deploy_js trivial-js 'exports.handler = async function handler(medplum, event) { return { ok: true }; };')
 if [ "${ONLY:-}" != js ]; then
 ECHO=$(deploy c-echo examples/c-echo/c-echo.wasm)

@@ -45,9 +45,11 @@ type config struct {
 	corsOrigins []string
 	// MLLPAddrs is SANDBOT_MLLP_ADDRS: the MLLP listeners and the project
 	// each feeds; validate parses it into mllp.
-	MLLPAddrs       string
-	mllp            []hl7feed.Listener
-	LogLevel        string
+	MLLPAddrs string
+	mllp      []hl7feed.Listener
+	LogLevel  string
+	// Pprof serves Go's profiles on the ops listener (SANDBOT_PPROF).
+	Pprof           bool
 	TokenTTL        time.Duration
 	ShutdownTimeout time.Duration
 	ShutdownDrain   time.Duration
@@ -96,6 +98,7 @@ func configFlags(fs *flag.FlagSet, cfg *config) {
 	str(&cfg.MLLPAddrs, "mllp-addrs", "SANDBOT_MLLP_ADDRS", "", "HL7 over MLLP: comma-separated ADDR=PROJECT[;CIDR...] listeners (\":2575=<project id>\"), each feeding one project's Agent channel")
 	str(&cfg.CORSOrigins, "cors-origins", "SANDBOT_CORS_ORIGINS", "", "comma-separated origins (https://app.example.com) whose browser apps may call the API")
 	str(&cfg.LogLevel, "log-level", "SANDBOT_LOG_LEVEL", "info", "debug, info, warn or error")
+	fs.BoolVar(&cfg.Pprof, "pprof", os.Getenv("SANDBOT_PPROF") == "true", "serve Go's profiles (/debug/pprof/) on the ops listener ($SANDBOT_PPROF=true)")
 	dur(&cfg.TokenTTL, "token-ttl", "SANDBOT_TOKEN_TTL", time.Hour, "access token lifetime")
 	dur(&cfg.ShutdownTimeout, "shutdown-timeout", "SANDBOT_SHUTDOWN_TIMEOUT", 30*time.Second, "how long in-flight requests may take to finish on shutdown")
 	dur(&cfg.ShutdownDrain, "shutdown-drain", "SANDBOT_SHUTDOWN_DRAIN", 5*time.Second, "on SIGTERM, how long /readyz answers 503 while the API still accepts connections, before it stops accepting (a Kubernetes preStop)")

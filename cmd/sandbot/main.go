@@ -213,6 +213,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		AppBaseURL:        cfg.AppBaseURL,
 		CORSOrigins:       cfg.corsOrigins,
 		MLLP:              cfg.mllp,
+		Pprof:             cfg.Pprof,
 		TrustedProxies:    cfg.Proxies,
 		WebhookAllow:      cfg.webhookAllow,
 		Runtime:           rt,

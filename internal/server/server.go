@@ -9,6 +9,7 @@ import (
 	"errors"
 	"log/slog"
 	"net/http"
+	"net/http/pprof"
 	"net/netip"
 	"strings"
 	"sync/atomic"
@@ -80,6 +81,9 @@ type Config struct {
 	// MLLP are the HL7 listeners (SANDBOT_MLLP_ADDRS); they need a runtime
 	// and the job engine.
 	MLLP []hl7feed.Listener
+	// Pprof serves Go's profiles under /debug/pprof/ on the ops listener,
+	// which only the operator reaches (SANDBOT_PPROF).
+	Pprof bool
 }
 
 // Server is the assembled server.
@@ -252,6 +256,13 @@ func New(ctx context.Context, cfg Config, st store.Store, reg *prometheus.Regist
 		}
 	}
 	ops.HandleFunc("/readyz", readyz)
+	if cfg.Pprof {
+		ops.HandleFunc("/debug/pprof/", pprof.Index)
+		ops.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+		ops.HandleFunc("/debug/pprof/profile", pprof.Profile)
+		ops.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+		ops.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	}
 	ops.HandleFunc("/healthz", readyz)
 	s.Ops = httpx.NoSniff(ops)
 	s.ready.Store(true)
