@@ -17,10 +17,13 @@ import (
 )
 
 // auditWriter writes one AuditEvent per execution off the request path: an
-// execution answers without waiting for its audit row. Events queued when
-// the server stops are written before Close returns; an event that arrives
-// after that (a request that outlived the shutdown timeout) is written on
-// its caller's goroutine.
+// execution answers once its event is queued, and the writer commits the
+// queue in batches (a transaction of one event costs ten times the CPU of
+// an event in a batch: docs/performance.md, "The tail"). A full queue makes
+// executions wait for room: nothing is dropped while the database works.
+// Events queued when the server stops are written before Close returns; an
+// event that arrives after that (a request that outlived the shutdown
+// timeout) is written on its caller's goroutine.
 type auditWriter struct {
 	store store.Store
 	// to, without a store, receives the events instead (sandbot bot run).
@@ -107,16 +110,15 @@ func (e *auditEntry) event() fhir.Resource {
 	return ev
 }
 
-func newAuditWriter(s store.Store, to func(fhir.Resource), log *slog.Logger, m *metrics) *auditWriter {
-	a := &auditWriter{store: s, to: to, log: log, metrics: m, ch: make(chan auditEntry, auditQueue), done: make(chan struct{})}
+func newAuditWriter(s store.Store, to func(fhir.Resource), log *slog.Logger, m *metrics, queue int) *auditWriter {
+	a := &auditWriter{store: s, to: to, log: log, metrics: m, ch: make(chan auditEntry, queue), done: make(chan struct{})}
 	m.watchAuditQueue(func() int { return len(a.ch) }, cap(a.ch))
 	go a.run()
 	return a
 }
 
-// auditQueue is how many events may wait for the writer: a second or more of
-// executions at full speed, so that only a database too slow for the load
-// for that long drops any.
+// auditQueue is how many events may wait for the writer (a second or more
+// of executions at full speed); past it executions wait for room.
 const auditQueue = 4096
 
 // auditBatch bounds how many events one transaction writes: batching keeps
@@ -197,18 +199,22 @@ func (a *auditWriter) close() {
 	<-a.done
 }
 
+// add queues e, waiting for room when the queue is full: executions are
+// then paced by the writer rather than leaving events out.
 func (a *auditWriter) add(e auditEntry) {
 	a.mu.RLock()
-	defer a.mu.RUnlock()
 	if a.closed {
+		a.mu.RUnlock()
 		a.write([]auditEntry{e})
 		return
 	}
 	select {
 	case a.ch <- e:
 	default:
-		a.metrics.auditDropped.Inc()
+		a.metrics.auditWaits.Inc()
+		a.ch <- e
 	}
+	a.mu.RUnlock()
 }
 
 // audit records an execution as the reference does. Bot.auditEventTrigger

@@ -159,7 +159,7 @@ func New(cfg Config) *Service {
 			s.artifacts.key = cfg.ArtifactKey
 		}
 	}
-	s.audits = newAuditWriter(cfg.Store, cfg.AuditTo, cfg.Log, s.metrics)
+	s.audits = newAuditWriter(cfg.Store, cfg.AuditTo, cfg.Log, s.metrics, auditQueue)
 	s.warmer = newModuleWarmer(s, cfg.Registerer)
 	if cfg.Jobs != nil {
 		cfg.Jobs.Handle(executeJobKind, executeQueue, s.runJob)

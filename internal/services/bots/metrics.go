@@ -9,6 +9,7 @@ type metrics struct {
 	executions   *prometheus.CounterVec
 	auditDropped prometheus.Counter
 	auditLag     prometheus.Histogram
+	auditWaits   prometheus.Counter
 	reg          prometheus.Registerer
 }
 
@@ -25,7 +26,11 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		}, []string{"trigger", "outcome"}),
 		auditDropped: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "sandbot_bot_audit_events_dropped_total",
-			Help: "Execution AuditEvents not written because the writer was saturated or failed.",
+			Help: "Execution AuditEvents not written because the database failed (the execution was answered all the same).",
+		}),
+		auditWaits: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "sandbot_bot_audit_queue_full_total",
+			Help: "Executions that found the audit writer's queue full and waited for room before answering.",
 		}),
 		auditLag: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "sandbot_bot_audit_write_lag_seconds",
@@ -35,13 +40,13 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		reg: reg,
 	}
 	if reg != nil {
-		reg.MustRegister(m.inputBytes, m.executions, m.auditDropped, m.auditLag)
+		reg.MustRegister(m.inputBytes, m.executions, m.auditDropped, m.auditLag, m.auditWaits)
 	}
 	return m
 }
 
 // watchAuditQueue exports the audit writer's queue: how many events wait
-// and how many it holds before it drops them.
+// and how many it holds before executions wait for room.
 func (m *metrics) watchAuditQueue(queued func() int, capacity int) {
 	if m.reg == nil {
 		return
@@ -53,7 +58,7 @@ func (m *metrics) watchAuditQueue(queued func() int, capacity int) {
 		}, func() float64 { return float64(queued()) }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "sandbot_bot_audit_queue_capacity",
-			Help: "AuditEvents the audit writer's queue holds; an event that finds it full is dropped.",
+			Help: "AuditEvents the audit writer's queue holds; an execution that finds it full waits for room.",
 		}, func() float64 { return float64(capacity) }))
 }
 
