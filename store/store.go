@@ -82,9 +82,11 @@ type SearchResult struct {
 type Store interface {
 	// Create stores a new resource with a new id (or w.ID) in w.Project.
 	Create(ctx context.Context, res fhir.Resource, w Write) (*Record, error)
-	// CreateMany creates many resources (new ids) in w.Project in one
-	// transaction, with as few statements as the database allows: for
-	// high-volume writes such as execution audit events.
+	// CreateMany creates many resources in w.Project in one transaction,
+	// with as few statements as the database allows: for high-volume writes
+	// such as execution audit events. A resource without an id gets a new
+	// one; one with an id keeps it (its caller made it unique: fhir.EConflict
+	// when it is not).
 	CreateMany(ctx context.Context, resources []fhir.Resource, w Write) error
 	// Read returns the current version: fhir.ENotFound when absent or outside
 	// the scope, fhir.EGone (with the deletion Record) when deleted.

@@ -207,7 +207,11 @@ func runBotCommand(ctx context.Context, args []string, stdin io.Reader, stdout, 
 			fmt.Fprintf(stderr, "[audit] %s\n", b)
 		}
 	}
-	svc := bots.New(svcCfg)
+	svc, err := bots.New(svcCfg)
+	if err != nil {
+		fmt.Fprintf(stderr, "sandbot bot run: %v\n", err)
+		return 1
+	}
 	defer svc.Close()
 	input := json.RawMessage("null")
 	if hasInput {

@@ -49,7 +49,11 @@ type config struct {
 	mllp      []hl7feed.Listener
 	LogLevel  string
 	// Pprof serves Go's profiles on the ops listener (SANDBOT_PPROF).
-	Pprof           bool
+	Pprof bool
+	// AuditMemory answers an execution once its AuditEvent is queued in
+	// memory instead of on disk in the audit journal
+	// (SANDBOT_BOT_AUDIT_QUEUE=memory).
+	AuditMemory     bool
 	TokenTTL        time.Duration
 	ShutdownTimeout time.Duration
 	ShutdownDrain   time.Duration
@@ -98,6 +102,7 @@ func configFlags(fs *flag.FlagSet, cfg *config) {
 	str(&cfg.MLLPAddrs, "mllp-addrs", "SANDBOT_MLLP_ADDRS", "", "HL7 over MLLP: comma-separated ADDR=PROJECT[;CIDR...] listeners (\":2575=<project id>\"), each feeding one project's Agent channel")
 	str(&cfg.CORSOrigins, "cors-origins", "SANDBOT_CORS_ORIGINS", "", "comma-separated origins (https://app.example.com) whose browser apps may call the API")
 	str(&cfg.LogLevel, "log-level", "SANDBOT_LOG_LEVEL", "info", "debug, info, warn or error")
+	fs.BoolVar(&cfg.AuditMemory, "bot-audit-memory", os.Getenv("SANDBOT_BOT_AUDIT_QUEUE") == "memory", "answer a bot execution once its AuditEvent is queued in memory rather than on disk in the audit journal: faster on a slow disk, but a crash loses the events of its last moments ($SANDBOT_BOT_AUDIT_QUEUE=memory; default disk)")
 	fs.BoolVar(&cfg.Pprof, "pprof", os.Getenv("SANDBOT_PPROF") == "true", "serve Go's profiles (/debug/pprof/) on the ops listener ($SANDBOT_PPROF=true)")
 	dur(&cfg.TokenTTL, "token-ttl", "SANDBOT_TOKEN_TTL", time.Hour, "access token lifetime")
 	dur(&cfg.ShutdownTimeout, "shutdown-timeout", "SANDBOT_SHUTDOWN_TIMEOUT", 30*time.Second, "how long in-flight requests may take to finish on shutdown")
@@ -272,4 +277,13 @@ func defaultExecutionMemory() int64 {
 		return limits.Default().ExecutionMemoryBytes
 	}
 	return max(total/4, 512<<20)
+}
+
+// auditJournalDir is where the bot audit journal lives; empty keeps the
+// events in memory until they are stored.
+func (c *config) auditJournalDir() string {
+	if c.AuditMemory {
+		return ""
+	}
+	return filepath.Join(c.DataDir, "audit-journal")
 }

@@ -214,6 +214,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		CORSOrigins:       cfg.corsOrigins,
 		MLLP:              cfg.mllp,
 		Pprof:             cfg.Pprof,
+		AuditJournalDir:   cfg.auditJournalDir(),
 		TrustedProxies:    cfg.Proxies,
 		WebhookAllow:      cfg.webhookAllow,
 		Runtime:           rt,

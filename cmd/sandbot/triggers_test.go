@@ -208,7 +208,10 @@ func TestEveryTriggerMeetsTheSameAdmission(t *testing.T) {
 			t.Errorf("async job refused admission: %d %s (it should wait)", job.Status, job.Body)
 		}
 
-		svc := bots.New(bots.Config{Runtime: rt, Limits: tiny})
+		svc, err := bots.New(bots.Config{Runtime: rt, Limits: tiny})
+		if err != nil {
+			t.Fatal(err)
+		}
 		defer svc.Close()
 		mod, err := rt.Compile(context.Background(), wasm)
 		if err != nil {

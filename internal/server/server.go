@@ -81,6 +81,10 @@ type Config struct {
 	// MLLP are the HL7 listeners (SANDBOT_MLLP_ADDRS); they need a runtime
 	// and the job engine.
 	MLLP []hl7feed.Listener
+	// AuditJournalDir holds the bot audit journal: an execution answers
+	// once its AuditEvent is on disk there (internal/services/bots,
+	// journal.go). Empty keeps the events in memory until they are stored.
+	AuditJournalDir string
 	// Pprof serves Go's profiles under /debug/pprof/ on the ops listener,
 	// which only the operator reaches (SANDBOT_PPROF).
 	Pprof bool
@@ -151,8 +155,11 @@ func New(ctx context.Context, cfg Config, st store.Store, reg *prometheus.Regist
 		fhirCfg.Export = bulkexport.New(bulkexport.Config{FHIR: s.Service, Jobs: s.Jobs, Resume: s.Auth.Resume, Log: log})
 	}
 	if cfg.Runtime != nil {
-		s.Bots = bots.New(bots.Config{Store: st, FHIR: s.Service, Runtime: cfg.Runtime, Limits: cfg.Limits, Jobs: s.Jobs,
-			Resume: s.Auth.Resume, ArtifactKey: cfg.ModuleArtifactKey, Log: log, Registerer: reg})
+		s.Bots, err = bots.New(bots.Config{Store: st, FHIR: s.Service, Runtime: cfg.Runtime, Limits: cfg.Limits, Jobs: s.Jobs,
+			Resume: s.Auth.Resume, ArtifactKey: cfg.ModuleArtifactKey, AuditJournalDir: cfg.AuditJournalDir, Log: log, Registerer: reg})
+		if err != nil {
+			return nil, err
+		}
 		fhirCfg.Bots = s.Bots
 		if s.Jobs != nil {
 			fhirCfg.Jobs = s.Jobs

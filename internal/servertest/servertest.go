@@ -87,7 +87,7 @@ func StartURL(t testing.TB, backend, databaseURL string, opts ...Option) *Server
 	hs := httptest.NewUnstartedServer(nil)
 	base := "http://" + hs.Listener.Addr().String() + "/"
 	cfg := server.Config{BaseURL: base, AdminClientID: AdminClientID, AdminClientSecret: AdminClientSecret, Version: "test", Dialect: backend,
-		Runtime: sharedRuntime(t)}
+		Runtime: sharedRuntime(t), AuditJournalDir: t.TempDir()}
 	for _, o := range opts {
 		o(&cfg)
 	}

@@ -279,7 +279,10 @@ func (s *Store) CreateMany(ctx context.Context, list []fhir.Resource, w store.Wr
 					return err
 				}
 			}
-			id := newID()
+			id := res.ID()
+			if id == "" {
+				id = newID()
+			}
 			res["id"] = id
 			meta := fhir.Meta{VersionID: newID(), LastUpdated: now, Project: w.Project, Author: w.Author}
 			res.SetMeta(meta)

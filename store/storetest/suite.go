@@ -524,6 +524,17 @@ func testCreateMany(t *testing.T, s store.Store) {
 		t.Errorf("bad batch: %v", err)
 	}
 	expectIDs(t, s, store.ProjectScope("p2"), "Basic", "")
+	// A resource that carries an id keeps it; an id already taken fails the
+	// batch (the audit journal's replay relies on both).
+	kept := []fhir.Resource{res(t, `{"resourceType":"Basic","id":"0193a2b4-5c6d-7e8f-9a0b-c1d2e3f4a5b6","code":{"text":"kept"}}`)}
+	if err := s.CreateMany(ctx, kept, store.Write{Project: "p3"}); err != nil {
+		t.Fatal(err)
+	}
+	expectIDs(t, s, store.ProjectScope("p3"), "Basic", "", "0193a2b4-5c6d-7e8f-9a0b-c1d2e3f4a5b6")
+	again := []fhir.Resource{res(t, `{"resourceType":"Basic","id":"0193a2b4-5c6d-7e8f-9a0b-c1d2e3f4a5b6","code":{"text":"again"}}`)}
+	if err := s.CreateMany(ctx, again, store.Write{Project: "p3"}); !fhir.IsCode(err, fhir.EConflict) {
+		t.Errorf("an id taken twice: %v", err)
+	}
 }
 
 func idsOfSecond(list []fhir.Resource, second int) []string {

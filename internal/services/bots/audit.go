@@ -10,20 +10,24 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/google/uuid"
+
 	"github.com/sandbot/sandbot/fhir"
 	"github.com/sandbot/sandbot/internal/principal"
 	"github.com/sandbot/sandbot/runtime"
 	"github.com/sandbot/sandbot/store"
 )
 
-// auditWriter writes one AuditEvent per execution off the request path: an
-// execution answers once its event is queued, and the writer commits the
-// queue in batches (a transaction of one event costs ten times the CPU of
-// an event in a batch: docs/performance.md, "The tail"). A full queue makes
-// executions wait for room: nothing is dropped while the database works.
-// Events queued when the server stops are written before Close returns; an
-// event that arrives after that (a request that outlived the shutdown
-// timeout) is written on its caller's goroutine.
+// auditWriter writes one AuditEvent per execution. With a journal (the
+// server's), an execution answers once its event is on disk in the journal
+// (journal.go), and the writer stores the journaled events in batches off
+// the request path; without one (tests, sandbot bot run), once its event is
+// queued in memory. Batches, because a transaction of one event costs ten
+// times the CPU of an event in a batch (docs/performance.md, "The tail"). A
+// full queue makes executions wait for room: nothing is dropped while the
+// database works. Events queued when the server stops are written before
+// Close returns; an event that arrives after that (a request that outlived
+// the shutdown timeout) is written on its caller's goroutine.
 type auditWriter struct {
 	store store.Store
 	// to, without a store, receives the events instead (sandbot bot run).
@@ -32,6 +36,8 @@ type auditWriter struct {
 	metrics *metrics
 	ch      chan auditEntry
 	done    chan struct{}
+	// journal, when set, holds the events until they are stored.
+	journal *auditJournal
 
 	mu     sync.RWMutex
 	closed bool
@@ -52,6 +58,11 @@ type auditEntry struct {
 	outcome    string
 	desc       string
 	start, end time.Time
+	// id is the AuditEvent's, chosen when the event is journaled so that a
+	// replayed journal stores each event once.
+	id string
+	// journaled is set once the event is in the journal.
+	journaled bool
 }
 
 // entityRole is the reference's AuditEvent entity role of a resource type.
@@ -106,6 +117,9 @@ func (e *auditEntry) event() fhir.Resource {
 	}
 	if e.desc != "" {
 		ev["outcomeDesc"] = e.desc
+	}
+	if e.id != "" {
+		ev["id"] = e.id
 	}
 	return ev
 }
@@ -164,7 +178,29 @@ func (a *auditWriter) write(batch []auditEntry) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	err := a.store.InTx(ctx, func(tx store.Store) error {
+	if err := storeAuditBatch(ctx, a.store, batch); err != nil {
+		// Journaled events stay in the journal, which the next start on
+		// this data directory stores.
+		a.metrics.auditDropped.Add(float64(len(batch)))
+		a.log.Warn("bot audit events not written", "count", len(batch), "err", err)
+		return
+	}
+	now := time.Now()
+	journaled := 0
+	for i := range batch {
+		a.metrics.auditLag.Observe(now.Sub(batch[i].end).Seconds())
+		if batch[i].journaled {
+			journaled++
+		}
+	}
+	if a.journal != nil && journaled > 0 {
+		a.journal.storedEntries(journaled)
+	}
+}
+
+// storeAuditBatch stores the events of a batch in one transaction.
+func storeAuditBatch(ctx context.Context, st store.Store, batch []auditEntry) error {
+	return st.InTx(ctx, func(tx store.Store) error {
 		byProject := map[string][]fhir.Resource{}
 		for i := range batch {
 			byProject[batch[i].project] = append(byProject[batch[i].project], batch[i].event())
@@ -176,15 +212,6 @@ func (a *auditWriter) write(batch []auditEntry) {
 		}
 		return nil
 	})
-	if err != nil {
-		a.metrics.auditDropped.Add(float64(len(batch)))
-		a.log.Warn("bot audit events not written", "count", len(batch), "err", err)
-		return
-	}
-	now := time.Now()
-	for i := range batch {
-		a.metrics.auditLag.Observe(now.Sub(batch[i].end).Seconds())
-	}
 }
 
 // close writes what is queued and stops the writer; closing twice is
@@ -193,14 +220,21 @@ func (a *auditWriter) close() {
 	a.mu.Lock()
 	if !a.closed {
 		a.closed = true
+		if a.journal != nil {
+			a.journal.close()
+		}
 		close(a.ch)
 	}
 	a.mu.Unlock()
 	<-a.done
+	if a.journal != nil {
+		a.journal.remove()
+	}
 }
 
-// add queues e, waiting for room when the queue is full: executions are
-// then paced by the writer rather than leaving events out.
+// add records e: in the journal when there is one, returning once it is on
+// disk (an event the disk refused is queued in memory all the same, and
+// counted), else in the queue, waiting for room when it is full.
 func (a *auditWriter) add(e auditEntry) {
 	a.mu.RLock()
 	if a.closed {
@@ -208,13 +242,22 @@ func (a *auditWriter) add(e auditEntry) {
 		a.write([]auditEntry{e})
 		return
 	}
+	defer a.mu.RUnlock()
+	if a.journal != nil {
+		e.id = uuid.Must(uuid.NewV7()).String()
+		err := a.journal.add(e)
+		if err == nil {
+			return
+		}
+		a.metrics.auditJournalFailed.Inc()
+		a.log.Warn("bot audit event not journaled; queued in memory", "err", err)
+	}
 	select {
 	case a.ch <- e:
 	default:
 		a.metrics.auditWaits.Inc()
 		a.ch <- e
 	}
-	a.mu.RUnlock()
 }
 
 // audit records an execution as the reference does. Bot.auditEventTrigger

@@ -2,8 +2,11 @@ package bots
 
 import (
 	"context"
+	"encoding/json"
 	"io"
 	"log/slog"
+	"os"
+	"path/filepath"
 	"strconv"
 	"sync"
 	"testing"
@@ -59,6 +62,130 @@ func TestAuditWriterWaitsRatherThanDrops(t *testing.T) {
 			}
 			if len(got) != writers*each {
 				t.Fatalf("%d AuditEvents written, want %d", len(got), writers*each)
+			}
+		})
+	}
+}
+
+func openTestStore(t *testing.T, be storetest.Backend) *sqlstore.Store {
+	t.Helper()
+	st, err := sqlstore.Open(context.Background(), be.NewURL(t), sqlstore.Options{Migrate: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	return st
+}
+
+func auditEvents(t *testing.T, st store.Store, project string) map[string]bool {
+	t.Helper()
+	got, err := store.SearchResources(context.Background(), st, store.ProjectScope(project), "AuditEvent", "_count=1000")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ids := map[string]bool{}
+	for _, r := range got {
+		ids[r.ID()] = true
+	}
+	return ids
+}
+
+// TestAuditJournal: with a journal, add returns once the event is on disk
+// in it; the writer stores every event under the id chosen then, and the
+// journal is removed when the writer stops with everything stored.
+func TestAuditJournal(t *testing.T) {
+	for _, be := range storetest.Backends(t) {
+		t.Run(be.Name, func(t *testing.T) {
+			st := openTestStore(t, be)
+			dir := t.TempDir()
+			m := newMetrics(prometheus.NewRegistry())
+			a := newAuditWriter(st, nil, slog.New(slog.DiscardHandler), m, 4)
+			j, err := openAuditJournal(dir, a.ch)
+			if err != nil {
+				t.Fatal(err)
+			}
+			a.journal = j
+			var wg sync.WaitGroup
+			for w := range 4 {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					for i := range 25 {
+						now := time.Now().UTC()
+						a.add(auditEntry{project: "p1", bot: "Bot/b" + strconv.Itoa(w), requester: "ClientApplication/c", outcome: "0",
+							desc: strconv.Itoa(i), start: now, end: now})
+					}
+				}()
+			}
+			wg.Wait()
+			if n := j.written.Load(); n != 100 {
+				t.Fatalf("%d entries journaled, want 100", n)
+			}
+			a.close()
+			if got := auditEvents(t, st, "p1"); len(got) != 100 {
+				t.Fatalf("%d AuditEvents stored, want 100", len(got))
+			}
+			if left, _ := filepath.Glob(filepath.Join(dir, "*.journal")); len(left) != 0 {
+				t.Fatalf("journal left behind after a clean stop: %v", left)
+			}
+		})
+	}
+}
+
+// TestAuditJournalRecovery: the journal of a process that died is stored at
+// the next start, each event once (one was stored before the death, and a
+// last line the death cut short was never acknowledged); a journal a live
+// process holds is left alone.
+func TestAuditJournalRecovery(t *testing.T) {
+	for _, be := range storetest.Backends(t) {
+		t.Run(be.Name, func(t *testing.T) {
+			ctx := context.Background()
+			st := openTestStore(t, be)
+			dir := t.TempDir()
+			now := time.Now().UTC().Truncate(time.Millisecond)
+			ids := []string{"0193a2b4-0000-7000-8000-000000000001", "0193a2b4-0000-7000-8000-000000000002", "0193a2b4-0000-7000-8000-000000000003"}
+			var lines []byte
+			for _, id := range ids {
+				e := auditEntry{id: id, project: "p1", bot: "Bot/b", requester: "ClientApplication/c", outcome: "0", start: now, end: now}
+				line, err := json.Marshal(recordOf(&e))
+				if err != nil {
+					t.Fatal(err)
+				}
+				lines = append(append(lines, line...), '\n')
+			}
+			lines = append(lines, `{"id":"0193a2b4-0000-7000-8000-000000000004","proj`...)
+			dead := filepath.Join(dir, "audit-dead.journal")
+			if err := os.WriteFile(dead, lines, 0o600); err != nil {
+				t.Fatal(err)
+			}
+			// The first event had been stored before the process died.
+			first := auditEntry{id: ids[0], project: "p1", bot: "Bot/b", requester: "ClientApplication/c", outcome: "0", start: now, end: now}
+			if err := storeAuditBatch(ctx, st, []auditEntry{first}); err != nil {
+				t.Fatal(err)
+			}
+			// A live process's journal (its lock is held).
+			live, err := openAuditJournal(dir, make(chan auditEntry, 1))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer live.f.Close()
+
+			n, err := recoverAuditJournals(ctx, dir, st)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if n != 2 {
+				t.Fatalf("recovered %d events, want 2", n)
+			}
+			got := auditEvents(t, st, "p1")
+			if len(got) != 3 || !got[ids[0]] || !got[ids[1]] || !got[ids[2]] {
+				t.Fatalf("stored %v, want %v", got, ids)
+			}
+			if _, err := os.Stat(dead); !os.IsNotExist(err) {
+				t.Fatalf("the dead process's journal is still there: %v", err)
+			}
+			if _, err := os.Stat(live.path); err != nil {
+				t.Fatalf("the live process's journal was touched: %v", err)
 			}
 		})
 	}

@@ -14,6 +14,7 @@ package bots
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"log/slog"
 	"net/url"
 	"time"
@@ -126,8 +127,12 @@ type Config struct {
 	// through the store (docs/decisions.md 41), 32 bytes or more; empty
 	// uses a key kept in the store.
 	ArtifactKey []byte
-	Log         *slog.Logger
-	Registerer  prometheus.Registerer
+	// AuditJournalDir holds the audit journal (journal.go): with it, an
+	// execution answers once its AuditEvent is on disk; without it, once
+	// its event is queued in memory.
+	AuditJournalDir string
+	Log             *slog.Logger
+	Registerer      prometheus.Registerer
 }
 
 // Service runs bots.
@@ -147,7 +152,7 @@ type Service struct {
 }
 
 // New builds the service and registers its job handler with cfg.Jobs.
-func New(cfg Config) *Service {
+func New(cfg Config) (*Service, error) {
 	cfg.Limits = cfg.Limits.WithDefaults()
 	if cfg.Log == nil {
 		cfg.Log = slog.New(slog.DiscardHandler)
@@ -160,11 +165,30 @@ func New(cfg Config) *Service {
 		}
 	}
 	s.audits = newAuditWriter(cfg.Store, cfg.AuditTo, cfg.Log, s.metrics, auditQueue)
+	if cfg.AuditJournalDir != "" && cfg.Store != nil {
+		// What a process that died had journaled, before anything new.
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+		n, err := recoverAuditJournals(ctx, cfg.AuditJournalDir, cfg.Store)
+		cancel()
+		if err != nil {
+			s.audits.close()
+			return nil, fmt.Errorf("bots: recover audit journals: %w", err)
+		}
+		if n > 0 {
+			s.log.Info("bot audit events recovered from a journal", "count", n)
+		}
+		j, err := openAuditJournal(cfg.AuditJournalDir, s.audits.ch)
+		if err != nil {
+			s.audits.close()
+			return nil, fmt.Errorf("bots: audit journal: %w", err)
+		}
+		s.audits.journal = j
+	}
 	s.warmer = newModuleWarmer(s, cfg.Registerer)
 	if cfg.Jobs != nil {
 		cfg.Jobs.Handle(executeJobKind, executeQueue, s.runJob)
 	}
-	return s
+	return s, nil
 }
 
 // Changed acts on changes the store announces (store.Store.Subscribe), made

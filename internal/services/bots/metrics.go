@@ -5,12 +5,13 @@ import "github.com/prometheus/client_golang/prometheus"
 // metrics are the service's execution metrics (the runtime keeps those of
 // the sandbox).
 type metrics struct {
-	inputBytes   *prometheus.HistogramVec
-	executions   *prometheus.CounterVec
-	auditDropped prometheus.Counter
-	auditLag     prometheus.Histogram
-	auditWaits   prometheus.Counter
-	reg          prometheus.Registerer
+	inputBytes         *prometheus.HistogramVec
+	executions         *prometheus.CounterVec
+	auditDropped       prometheus.Counter
+	auditLag           prometheus.Histogram
+	auditWaits         prometheus.Counter
+	auditJournalFailed prometheus.Counter
+	reg                prometheus.Registerer
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -32,6 +33,10 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "sandbot_bot_audit_queue_full_total",
 			Help: "Executions that found the audit writer's queue full and waited for room before answering.",
 		}),
+		auditJournalFailed: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "sandbot_bot_audit_journal_failures_total",
+			Help: "Execution AuditEvents the audit journal could not put on disk (they were queued in memory instead).",
+		}),
 		auditLag: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "sandbot_bot_audit_write_lag_seconds",
 			Help:    "Time from an execution's end to the commit of its AuditEvent (its count is the events written).",
@@ -40,7 +45,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		reg: reg,
 	}
 	if reg != nil {
-		reg.MustRegister(m.inputBytes, m.executions, m.auditDropped, m.auditLag, m.auditWaits)
+		reg.MustRegister(m.inputBytes, m.executions, m.auditDropped, m.auditLag, m.auditWaits, m.auditJournalFailed)
 	}
 	return m
 }
