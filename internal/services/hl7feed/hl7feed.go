@@ -15,6 +15,13 @@
 // partition key (a patient's identifier) when the channel names one. The
 // bot runs as its own membership through the bots service, with retries.
 //
+// A channel in application mode (AckModeExtension) keeps its messages in
+// the same way, then answers with the ACK its bot returned, once the
+// message's task has run (on any replica), or AE when the bot failed or did
+// not answer within its timeout. A message whose bot failed for good is
+// written as an AsyncJob (type hl7-message, status error) that the
+// project's admins list and run again (Rerun).
+//
 // It uses net for MLLP's TCP but knows nothing of HTTP; the framing is
 // internal/mllp's.
 package hl7feed
@@ -29,6 +36,7 @@ import (
 	"net/url"
 	"sort"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -56,6 +64,22 @@ const (
 // path such as "PID-3.1") whose value in each message orders the channel's
 // messages per value instead of all together.
 const PartitionKeyExtension = "https://sandbot.dev/fhir/StructureDefinition/hl7-partition-key"
+
+// AckModeExtension is the Agent.channel extension (valueCode) that says
+// what a channel's acknowledgement means: "commit" (the default: the
+// message is kept with its task) or "application" (the ACK the bot
+// returned, once it ran, as the reference's agent answers in its original
+// mode).
+const AckModeExtension = "https://sandbot.dev/fhir/StructureDefinition/hl7-ack-mode"
+
+// The acknowledgement modes of AckModeExtension.
+const (
+	AckCommit      = "commit"
+	AckApplication = "application"
+)
+
+// FailedType is the AsyncJob.type of a message whose bot failed for good.
+const FailedType = "hl7-message"
 
 // MaxAttempts is how many times a message's bot is run when it fails.
 const MaxAttempts = 4
@@ -91,6 +115,20 @@ type Service struct {
 	listeners []*listener
 	closed    bool
 	wg        sync.WaitGroup
+
+	// waiters are the application-mode messages waiting for their task's
+	// first run on this process, by task id.
+	waitMu  sync.Mutex
+	waiters map[int64]chan appOutput
+}
+
+// appOutput is what a run of an application-mode message's task answers
+// its sender (recorded as the task's output, so that the connection that
+// waits for it may be on another replica): the bot's ACK, or why there is
+// none.
+type appOutput struct {
+	Ack   string `json:"ack,omitempty"`
+	Error string `json:"error,omitempty"`
 }
 
 type listener struct {
@@ -109,6 +147,7 @@ type listener struct {
 type channel struct {
 	agent, name, bot string
 	partitionKey     string
+	application      bool
 }
 
 // New builds the service and registers its task with the job engine; Start
@@ -119,7 +158,7 @@ func New(cfg Config) *Service {
 		cfg.Log = slog.New(slog.DiscardHandler)
 	}
 	s := &Service{cfg: cfg, store: cfg.Store, log: cfg.Log, metrics: newMetrics(cfg.Registerer),
-		keeps: make(chan keepRequest, 1024), stop: make(chan struct{})}
+		keeps: make(chan keepRequest, 1024), stop: make(chan struct{}), waiters: map[int64]chan appOutput{}}
 	cfg.Jobs.HandleTasks(taskKind, taskQueue, s.run)
 	return s
 }
@@ -140,7 +179,9 @@ type keepRequest struct {
 
 type keepResult struct {
 	dup bool
-	err error
+	// task is the id of the message's task (when it is not a duplicate).
+	task int64
+	err  error
 }
 
 // keep commits a message with its task (or finds it a duplicate) and
@@ -192,6 +233,7 @@ func (s *Service) keeper() {
 func (s *Service) commit(batch []keepRequest) {
 	s.metrics.batch.Observe(float64(len(batch)))
 	dups := make([]bool, len(batch))
+	ids := make([]int64, len(batch))
 	ctx, cancel := context.WithTimeout(context.Background(), time.Duration(s.cfg.Limits.MLLPReadSeconds)*time.Second)
 	defer cancel()
 	err := s.store.InTx(ctx, func(tx store.Store) error {
@@ -221,10 +263,19 @@ func (s *Service) commit(batch []keepRequest) {
 					MaxAttempts: MaxAttempts, Partition: r.partition})
 			}
 		}
-		return s.cfg.Jobs.EnqueueMany(ctx, tx, tasks)
+		got, err := s.cfg.Jobs.EnqueueManyIDs(ctx, tx, tasks)
+		if err != nil {
+			return err
+		}
+		for i, j := 0, 0; i < len(batch) && j < len(got); i++ {
+			if !dups[i] {
+				ids[i], j = got[j], j+1
+			}
+		}
+		return nil
 	})
 	for i, r := range batch {
-		r.done <- keepResult{dup: dups[i], err: err}
+		r.done <- keepResult{dup: dups[i], task: ids[i], err: err}
 	}
 }
 
@@ -411,6 +462,12 @@ type task struct {
 	Received time.Time `json:"received"`
 	Remote   string    `json:"remote,omitempty"`
 	Ack      string    `json:"ack"`
+	// Mode is AckApplication when a connection waits for the bot's ACK.
+	Mode string `json:"mode,omitempty"`
+	// Partition is the task's partition (kept for a run again).
+	Partition string `json:"partition,omitempty"`
+	// Record is the AsyncJob of a failed message being run again.
+	Record string `json:"record,omitempty"`
 }
 
 // receive keeps one message and answers its acknowledgement.
@@ -440,8 +497,12 @@ func (s *Service) receive(l *listener, conn net.Conn, raw []byte) []byte {
 	if ch.partitionKey != "" {
 		partition += "/" + m.Value(ch.partitionKey)
 	}
+	mode := ""
+	if ch.application {
+		mode = AckApplication
+	}
 	payload, _ := json.Marshal(task{Agent: ch.agent, Channel: ch.name, Bot: ch.bot, Message: string(raw), Control: ctl,
-		Received: received, Remote: conn.RemoteAddr().String(), Ack: code})
+		Received: received, Remote: conn.RemoteAddr().String(), Ack: code, Mode: mode, Partition: partition})
 	res := s.keep(keepRequest{project: l.Project, key: "hl7-seen " + ch.agent + "/" + ch.name + " " + ctl, control: ctl,
 		partition: partition, payload: payload})
 	if res.err != nil {
@@ -453,7 +514,100 @@ func (s *Service) receive(l *listener, conn net.Conn, raw []byte) []byte {
 	if dup {
 		s.metrics.duplicates.Inc()
 	}
+	if ch.application && !dup {
+		return s.applicationAck(l.Project, m, ch, res.task, received)
+	}
 	return s.ack(m, code[1:], "", nil)
+}
+
+// applicationAck waits, until the bot's timeout from the message's arrival,
+// for the first run of its task to end (on this process or another), and
+// answers the ACK the bot returned; AE when it failed, returned no HL7
+// message, or took longer. The message stays kept either way: its task is
+// tried again as in commit mode.
+func (s *Service) applicationAck(project string, m *hl7.Message, ch *channel, id int64, received time.Time) []byte {
+	deadline := received.Add(s.cfg.Bots.Timeout(context.Background(), project, ch.bot))
+	done := make(chan appOutput, 1)
+	s.waitMu.Lock()
+	s.waiters[id] = done
+	s.waitMu.Unlock()
+	defer func() {
+		s.waitMu.Lock()
+		delete(s.waiters, id)
+		s.waitMu.Unlock()
+	}()
+	timer := time.NewTimer(time.Until(deadline))
+	defer timer.Stop()
+	// Another replica's run is seen in its task's output.
+	poll := time.NewTicker(50 * time.Millisecond)
+	defer poll.Stop()
+	var out appOutput
+	for got := false; !got; {
+		select {
+		case out = <-done:
+			got = true
+		case <-timer.C:
+			return s.ack(m, "E", "The bot did not answer within its timeout; the message is kept and its bot will be run again", &hl7.AckError{Code: 207})
+		case <-s.stop:
+			return s.ack(m, "E", "The server is stopping; the message is kept and its bot will be run", &hl7.AckError{Code: 207})
+		case <-poll.C:
+			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+			state, _, raw, err := s.cfg.Jobs.TaskState(ctx, id)
+			cancel()
+			switch {
+			case err != nil:
+			case len(raw) > 0 && json.Unmarshal(raw, &out) == nil:
+				got = true
+			case state == "" || state == "cancelled" || state == "discarded":
+				out, got = appOutput{Error: "the bot did not run"}, true
+			}
+		}
+	}
+	if out.Error != "" {
+		return s.ack(m, "E", "The bot failed ("+out.Error+"); the message is kept and its bot will be run again", &hl7.AckError{Code: 207})
+	}
+	code := "AA"
+	if a, err := hl7.Parse([]byte(out.Ack)); err == nil {
+		code = a.Value("MSA-1")
+	}
+	s.metrics.messages.WithLabelValues(code).Inc()
+	return []byte(out.Ack)
+}
+
+// answered records what a run of an application-mode message answers its
+// sender, for the connection that waits for it, here or on another replica.
+func (s *Service) answered(ctx context.Context, job *jobs.Job, out appOutput) {
+	if err := jobs.RecordOutput(ctx, out); err != nil {
+		s.log.Warn("mllp: recording the bot's ACK", "err", err)
+	}
+	s.waitMu.Lock()
+	c := s.waiters[job.TaskID]
+	s.waitMu.Unlock()
+	if c != nil {
+		select {
+		case c <- out:
+		default:
+		}
+	}
+}
+
+// botAck is the HL7 acknowledgement a bot's result carries, or why it
+// carries none.
+func botAck(res *bots.Result, err error) appOutput {
+	switch {
+	case err != nil:
+		return appOutput{Error: err.Error()}
+	case res.Thrown:
+		return appOutput{Error: "the bot failed"}
+	case res.Status >= 400:
+		return appOutput{Error: fmt.Sprintf("the bot answered %d", res.Status)}
+	}
+	body := strings.TrimSpace(strings.ReplaceAll(string(res.Body), "\n", "\r"))
+	a, perr := hl7.Parse([]byte(body))
+	if len(res.Body) == 0 || perr != nil || !a.Header().Is("MSH") {
+		return appOutput{Error: "the bot's answer is not an HL7 message"}
+	}
+	return appOutput{Ack: string(a.Bytes())}
 }
 
 // ackCode is the acknowledgement code of kind ("A" accepted, "E" error, "R"
@@ -526,8 +680,17 @@ func (s *Service) channel(ctx context.Context, l *listener) (*channel, error) {
 			if exts, ok := cm["extension"].([]any); ok {
 				for _, e := range exts {
 					em, _ := e.(map[string]any)
-					if em["url"] == PartitionKeyExtension {
+					switch em["url"] {
+					case PartitionKeyExtension:
 						found.partitionKey, _ = em["valueString"].(string)
+					case AckModeExtension:
+						switch mode, _ := em["valueCode"].(string); mode {
+						case AckApplication:
+							found.application = true
+						case AckCommit:
+						default:
+							return nil, fmt.Errorf("the channel's acknowledgement mode %q is neither %q nor %q", mode, AckCommit, AckApplication)
+						}
 					}
 				}
 			}
@@ -544,22 +707,40 @@ func (s *Service) channel(ctx context.Context, l *listener) (*channel, error) {
 
 // run runs a kept message's bot, as the Bot's own membership. A failure (a
 // timeout, a trap, a thrown error) is tried again, up to MaxAttempts; an
-// error the bot answered with its own status is final.
+// error the bot answered with its own status is final. A message given up
+// is written as a failed message (an AsyncJob) for the project's admins.
 func (s *Service) run(ctx context.Context, job *jobs.Job) error {
 	var t task
 	if err := json.Unmarshal(job.Payload, &t); err != nil {
 		return jobs.Permanent(err)
 	}
-	if job.Attempt == 1 {
+	if job.Attempt == 1 && t.Record == "" {
 		s.metrics.botStart.Observe(time.Since(t.Received).Seconds())
+	}
+	final := job.Attempt >= job.MaxAttempts
+	fail := func(err error, permanent bool) error {
+		if permanent || final {
+			s.metrics.outcomes.WithLabelValues("failed").Inc()
+			s.log.Warn("mllp: message's bot failed", "agent", t.Agent, "channel", t.Channel, "control", t.Control, "err", err)
+			if werr := s.failed(ctx, job, &t, err); werr != nil {
+				// Not written: the database failed; try the message again.
+				return werr
+			}
+			return jobs.Permanent(err)
+		}
+		s.metrics.outcomes.WithLabelValues("retried").Inc()
+		return err
 	}
 	caller, err := principal.ForUser(ctx, s.store, "Bot/"+t.Bot)
 	if err != nil {
 		return err
 	}
 	if caller == nil || caller.ProjectID != job.Project {
-		s.metrics.outcomes.WithLabelValues("failed").Inc()
-		return jobs.Permanent(fmt.Errorf("Bot/%s has no membership in the project", t.Bot))
+		err := fmt.Errorf("Bot/%s has no membership in the project", t.Bot)
+		if t.Mode == AckApplication {
+			s.answered(ctx, job, appOutput{Error: err.Error()})
+		}
+		return fail(err, true)
 	}
 	headers := map[string]string{
 		"content-type":          runtime.MediaHL7,
@@ -574,15 +755,8 @@ func (s *Service) run(ctx context.Context, job *jobs.Job) error {
 		ContentType: runtime.MediaHL7, Headers: headers, Trigger: bots.TriggerHL7, Entities: []string{"Agent/" + t.Agent},
 		Details: []bots.Detail{{Type: "channel", Value: t.Channel}, {Type: "MSH-10", Value: t.Control}, {Type: "ACK", Value: t.Ack},
 			{Type: "attempt", Value: strconv.Itoa(job.Attempt)}}})
-	final := job.Attempt >= job.MaxAttempts
-	fail := func(err error, permanent bool) error {
-		if permanent || final {
-			s.metrics.outcomes.WithLabelValues("failed").Inc()
-			s.log.Warn("mllp: message's bot failed", "agent", t.Agent, "channel", t.Channel, "control", t.Control, "err", err)
-			return jobs.Permanent(err)
-		}
-		s.metrics.outcomes.WithLabelValues("retried").Inc()
-		return err
+	if t.Mode == AckApplication && ctx.Err() == nil {
+		s.answered(ctx, job, botAck(res, err))
 	}
 	switch {
 	case err == nil && res.Thrown:
@@ -591,6 +765,9 @@ func (s *Service) run(ctx context.Context, job *jobs.Job) error {
 		return fail(fhir.Errorf(fhir.EInvalid, "the bot answered %d", res.Status), true)
 	case err == nil:
 		s.metrics.outcomes.WithLabelValues("ok").Inc()
+		if t.Record != "" {
+			return s.rerunDone(ctx, t.Record)
+		}
 		return nil
 	case fhir.IsCode(err, fhir.EThrottled):
 		var fe *fhir.Error
