@@ -202,7 +202,6 @@ func (e *Engine) TaskState(ctx context.Context, id int64) (state string, attempt
 // attempt has ended.
 func RecordOutput(ctx context.Context, v any) error { return river.RecordOutput(ctx, v) }
 
-
 // taskWorker runs the tasks of one kind.
 type taskWorker struct {
 	river.WorkerDefaults[args]
