@@ -503,7 +503,7 @@ func (s *Service) receive(l *listener, conn net.Conn, raw []byte) []byte {
 	}
 	payload, _ := json.Marshal(task{Agent: ch.agent, Channel: ch.name, Bot: ch.bot, Message: string(raw), Control: ctl,
 		Received: received, Remote: conn.RemoteAddr().String(), Ack: code, Mode: mode, Partition: partition})
-	res := s.keep(keepRequest{project: l.Project, key: "hl7-seen " + ch.agent + "/" + ch.name + " " + ctl, control: ctl,
+	res := s.keep(keepRequest{project: l.Project, key: seenKey(ch.agent, ch.name, ctl), control: ctl,
 		partition: partition, payload: payload})
 	if res.err != nil {
 		s.log.Warn("mllp: message not kept", "addr", l.Addr, "control", ctl, "err", res.err)
@@ -520,13 +520,20 @@ func (s *Service) receive(l *listener, conn net.Conn, raw []byte) []byte {
 	return s.ack(m, code[1:], "", nil)
 }
 
-// applicationAck waits, until the bot's timeout from the message's arrival,
-// for the first run of its task to end (on this process or another), and
-// answers the ACK the bot returned; AE when it failed, returned no HL7
-// message, or took longer. The message stays kept either way: its task is
-// tried again as in commit mode.
+// appStartGrace is how much longer than its bot's timeout an
+// application-mode message waits for its answer: the time for its task to
+// be fetched by a worker.
+const appStartGrace = time.Second
+
+// applicationAck waits, until the bot's timeout (and appStartGrace) from
+// the message's arrival, for the first run of its task to end (on this
+// process or another), and answers the ACK the bot returned; AE when the
+// bot failed, returned no HL7 message, or took longer. A failed run is not
+// tried again (the sender, answered AE, sends the message again, and it is
+// a new one); a message still waiting or running when the time is up stays
+// kept, and runs.
 func (s *Service) applicationAck(project string, m *hl7.Message, ch *channel, id int64, received time.Time) []byte {
-	deadline := received.Add(s.cfg.Bots.Timeout(context.Background(), project, ch.bot))
+	deadline := received.Add(s.cfg.Bots.Timeout(context.Background(), project, ch.bot) + appStartGrace)
 	done := make(chan appOutput, 1)
 	s.waitMu.Lock()
 	s.waiters[id] = done
@@ -608,6 +615,11 @@ func botAck(res *bots.Result, err error) appOutput {
 		return appOutput{Error: "the bot's answer is not an HL7 message"}
 	}
 	return appOutput{Ack: string(a.Bytes())}
+}
+
+// seenKey is the deduplication counter of a channel's control id.
+func seenKey(agent, channel, control string) string {
+	return "hl7-seen " + agent + "/" + channel + " " + control
 }
 
 // ackCode is the acknowledgement code of kind ("A" accepted, "E" error, "R"
@@ -718,8 +730,16 @@ func (s *Service) run(ctx context.Context, job *jobs.Job) error {
 		s.metrics.botStart.Observe(time.Since(t.Received).Seconds())
 	}
 	final := job.Attempt >= job.MaxAttempts
+	application := t.Mode == AckApplication
 	fail := func(err error, permanent bool) error {
-		if permanent || final {
+		if application && t.Control != "" {
+			// Its sender was answered AE (or will be, by its timeout): it
+			// owns the retry, and its resend is a new message.
+			if ferr := s.store.ForgetHit(context.WithoutCancel(ctx), seenKey(t.Agent, t.Channel, t.Control)); ferr != nil {
+				return ferr
+			}
+		}
+		if permanent || final || application {
 			s.metrics.outcomes.WithLabelValues("failed").Inc()
 			s.log.Warn("mllp: message's bot failed", "agent", t.Agent, "channel", t.Channel, "control", t.Control, "err", err)
 			if werr := s.failed(ctx, job, &t, err); werr != nil {
@@ -737,7 +757,7 @@ func (s *Service) run(ctx context.Context, job *jobs.Job) error {
 	}
 	if caller == nil || caller.ProjectID != job.Project {
 		err := fmt.Errorf("Bot/%s has no membership in the project", t.Bot)
-		if t.Mode == AckApplication {
+		if application {
 			s.answered(ctx, job, appOutput{Error: err.Error()})
 		}
 		return fail(err, true)
@@ -755,7 +775,7 @@ func (s *Service) run(ctx context.Context, job *jobs.Job) error {
 		ContentType: runtime.MediaHL7, Headers: headers, Trigger: bots.TriggerHL7, Entities: []string{"Agent/" + t.Agent},
 		Details: []bots.Detail{{Type: "channel", Value: t.Channel}, {Type: "MSH-10", Value: t.Control}, {Type: "ACK", Value: t.Ack},
 			{Type: "attempt", Value: strconv.Itoa(job.Attempt)}}})
-	if t.Mode == AckApplication && ctx.Err() == nil {
+	if application && ctx.Err() == nil {
 		s.answered(ctx, job, botAck(res, err))
 	}
 	switch {
