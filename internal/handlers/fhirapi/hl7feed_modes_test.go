@@ -1,6 +1,9 @@
 package fhirapi_test
 
 import (
+	"net"
+	"os"
+	"os/exec"
 	"strings"
 	"testing"
 	"time"
@@ -185,6 +188,34 @@ func TestHL7FeedFailedMessagesRerun(t *testing.T) {
 		}
 		if entries, _ := f.c.Do("GET", "fhir/R4/AsyncJob?type=hl7-message&status=error", nil, "").JSON()["entry"].([]any); len(entries) != 0 {
 			t.Fatalf("%d failed messages still listed", len(entries))
+		}
+	}, mllpOptions(project, nil))
+}
+
+// TestHL7FeedWithMedplumCLI: `medplum hl7 send` of the pinned @medplum/cli
+// (the reference's command line, unchanged) sends the ADT^A01 of the corpus
+// to a channel in application mode and prints the bot's own ACK. Skipped
+// without node and compat's node_modules (make compat installs them),
+// unless CI is set.
+func TestHL7FeedWithMedplumCLI(t *testing.T) {
+	t.Parallel()
+	cli := "../../../compat/node_modules/@medplum/cli/dist/cjs/index.cjs"
+	if _, err := os.Stat(cli); err != nil && os.Getenv("CI") == "" {
+		t.Skip("compat/node_modules not installed (cd compat && npm ci)")
+	}
+	project := uuid.NewString()
+	servertest.ForEachBackend(t, func(t *testing.T, s *servertest.Server) {
+		f := newFeedWith(t, s, project, map[string]any{"name": "hl7-ack", "runtimeVersion": "vmcontext"},
+			hl7AckBot, ackModeExt(hl7feed.AckApplication))
+		host, port, _ := net.SplitHostPort(f.addr)
+		cmd := exec.Command("node", cli, "hl7", "send", host, port, "--file", "testdata/hl7/ADT-A01-01.hl7")
+		cmd.Env = append(os.Environ(), "HOME="+t.TempDir())
+		out, err := cmd.CombinedOutput()
+		if err != nil || !strings.Contains(string(out), "MSA|AA|MSG00001|handled by the bot") {
+			t.Fatalf("medplum hl7 send: %v\n%s", err, out)
+		}
+		if got := recorded(t, f.c, 1); len(got) != 1 || got[0] != "MSG00001" {
+			t.Fatalf("the bot recorded %q", got)
 		}
 	}, mllpOptions(project, nil))
 }
