@@ -4,6 +4,7 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -75,8 +76,17 @@ func TestHL7FeedApplicationMode(t *testing.T) {
 		if code, ctl, ack := c.send(mllp.Frame(adt("APP2", "P2"))); code != "AA" || ctl != "APP2" || ack.Value("MSA-3") != "handled by the bot" {
 			t.Fatalf("APP2: %s %s %q", code, ctl, ack.Bytes())
 		}
+		// Enhanced mode (MSH-15): the commit ACK once the message is kept,
+		// then the bot's.
+		enhanced := []byte("MSH|^~\\&|S|F|R|F|20250101||ADT^A08|ENH1|P|2.5|||AL|AL\rPID|1||E1^^^MRN\r")
+		if code, ctl, _ := c.send(mllp.Frame(enhanced)); code != "CA" || ctl != "ENH1" {
+			t.Fatalf("ENH1 commit ACK: %s %s", code, ctl)
+		}
+		if code, ctl, ack := c.readAck(); code != "AA" || ctl != "ENH1" || ack.Value("MSA-3") != "handled by the bot" {
+			t.Fatalf("ENH1 application ACK: %s %s %q", code, ctl, ack.Bytes())
+		}
 		time.Sleep(300 * time.Millisecond)
-		if got := recorded(t, f.c, 3); strings.Join(got, ",") != "APP1,OBJ1,APP2" {
+		if got := recorded(t, f.c, 4); strings.Join(got, ",") != "APP1,OBJ1,APP2,ENH1" {
 			t.Fatalf("the bot recorded %q", got)
 		}
 		// FAIL1's two runs and SLOW1's failed, each with an AuditEvent, and
@@ -214,7 +224,17 @@ func TestHL7FeedWithMedplumCLI(t *testing.T) {
 		if err != nil || !strings.Contains(string(out), "MSA|AA|MSG00001|handled by the bot") {
 			t.Fatalf("medplum hl7 send: %v\n%s", err, out)
 		}
-		if got := recorded(t, f.c, 1); len(got) != 1 || got[0] != "MSG00001" {
+		// Enhanced mode: the CLI's client skips the commit ACK (CA) and
+		// prints the bot's.
+		enhanced := filepath.Join(t.TempDir(), "enhanced.hl7")
+		os.WriteFile(enhanced, []byte("MSH|^~\\&|S|F|R|F|20250101||ADT^A08|ENH1|P|2.5|||AL|AL\rPID|1||E1^^^MRN\r"), 0o644)
+		cmd = exec.Command("node", cli, "hl7", "send", host, port, "--file", enhanced)
+		cmd.Env = append(os.Environ(), "HOME="+t.TempDir())
+		out, err = cmd.CombinedOutput()
+		if err != nil || !strings.Contains(string(out), "MSA|AA|ENH1|handled by the bot") {
+			t.Fatalf("medplum hl7 send (enhanced): %v\n%s", err, out)
+		}
+		if got := recorded(t, f.c, 2); len(got) != 2 || got[0] != "MSG00001" || got[1] != "ENH1" {
 			t.Fatalf("the bot recorded %q", got)
 		}
 	}, mllpOptions(project, nil))

@@ -421,7 +421,10 @@ func (s *Service) serve(l *listener, conn net.Conn) {
 		switch {
 		case err == nil:
 			s.metrics.bytes.Add(float64(len(msg)))
-			ack = s.receive(l, conn, msg)
+			ack = s.receive(l, conn, msg, func(early []byte) error {
+				conn.SetWriteDeadline(time.Now().Add(read))
+				return mllp.WriteFrame(conn, early)
+			})
 		case errors.Is(err, mllp.ErrTooLarge):
 			s.metrics.framing.WithLabelValues("too_large").Inc()
 			ack = rejectAck(fmt.Sprintf("The message is larger than %d bytes", s.cfg.Limits.MLLPMessageBytes))
@@ -436,6 +439,9 @@ func (s *Service) serve(l *listener, conn net.Conn) {
 				s.metrics.framing.WithLabelValues("timeout").Inc()
 			}
 			return
+		}
+		if ack == nil {
+			return // the connection failed while a message waited
 		}
 		conn.SetWriteDeadline(time.Now().Add(read))
 		if err := mllp.WriteFrame(conn, ack); err != nil {
@@ -471,7 +477,10 @@ type task struct {
 }
 
 // receive keeps one message and answers its acknowledgement.
-func (s *Service) receive(l *listener, conn net.Conn, raw []byte) []byte {
+// In application mode, a sender that asked for enhanced acknowledgements
+// gets the commit ACK (CA) through early once the message is kept, then the
+// bot's.
+func (s *Service) receive(l *listener, conn net.Conn, raw []byte, early func([]byte) error) []byte {
 	received := time.Now()
 	m, err := hl7.Parse(raw)
 	if err != nil {
@@ -515,6 +524,11 @@ func (s *Service) receive(l *listener, conn net.Conn, raw []byte) []byte {
 		s.metrics.duplicates.Inc()
 	}
 	if ch.application && !dup {
+		if code == "CA" {
+			if err := early(s.ack(m, "A", "", nil)); err != nil {
+				return nil
+			}
+		}
 		return s.applicationAck(l.Project, m, ch, res.task, received)
 	}
 	return s.ack(m, code[1:], "", nil)
@@ -528,7 +542,8 @@ const appStartGrace = time.Second
 // applicationAck waits, until the bot's timeout (and appStartGrace) from
 // the message's arrival, for the first run of its task to end (on this
 // process or another), and answers the ACK the bot returned; AE when the
-// bot failed, returned no HL7 message, or took longer. A failed run is not
+// bot failed, returned no HL7 message, or took longer (AE even in enhanced
+// mode: it is the application acknowledgement). A failed run is not
 // tried again (the sender, answered AE, sends the message again, and it is
 // a new one); a message still waiting or running when the time is up stays
 // kept, and runs.
@@ -554,9 +569,9 @@ func (s *Service) applicationAck(project string, m *hl7.Message, ch *channel, id
 		case out = <-done:
 			got = true
 		case <-timer.C:
-			return s.ack(m, "E", "The bot did not answer within its timeout; the message is kept and its bot will be run again", &hl7.AckError{Code: 207})
+			return s.ackWith(m, "AE", "The bot did not answer within its timeout; the message is kept and its bot will be run again", &hl7.AckError{Code: 207})
 		case <-s.stop:
-			return s.ack(m, "E", "The server is stopping; the message is kept and its bot will be run", &hl7.AckError{Code: 207})
+			return s.ackWith(m, "AE", "The server is stopping; the message is kept and its bot will be run", &hl7.AckError{Code: 207})
 		case <-poll.C:
 			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 			state, _, raw, err := s.cfg.Jobs.TaskState(ctx, id)
@@ -571,7 +586,7 @@ func (s *Service) applicationAck(project string, m *hl7.Message, ch *channel, id
 		}
 	}
 	if out.Error != "" {
-		return s.ack(m, "E", "The bot failed ("+out.Error+"); the message is kept and its bot will be run again", &hl7.AckError{Code: 207})
+		return s.ackWith(m, "AE", "The bot failed ("+out.Error+"); the message is kept and its bot will be run again", &hl7.AckError{Code: 207})
 	}
 	code := "AA"
 	if a, err := hl7.Parse([]byte(out.Ack)); err == nil {
@@ -634,7 +649,11 @@ func ackCode(m *hl7.Message, kind string) string {
 
 // ack builds the acknowledgement of m of kind with an optional text and ERR.
 func (s *Service) ack(m *hl7.Message, kind, text string, e *hl7.AckError) []byte {
-	code := ackCode(m, kind)
+	return s.ackWith(m, ackCode(m, kind), text, e)
+}
+
+// ackWith builds the acknowledgement of m with code.
+func (s *Service) ackWith(m *hl7.Message, code, text string, e *hl7.AckError) []byte {
 	s.metrics.messages.WithLabelValues(code).Inc()
 	a, err := m.Ack(hl7.AckOptions{Code: code, Text: text, Err: e})
 	if err != nil {
