@@ -28,6 +28,7 @@ package hl7feed
 
 import (
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -288,6 +289,9 @@ func (s *Service) Start() error {
 			return fmt.Errorf("mllp: listen %s: %w", l.Addr, err)
 		}
 		_, port, _ := net.SplitHostPort(ln.Addr().String())
+		if l.TLS != nil {
+			ln = tls.NewListener(ln, l.TLS)
+		}
 		li := &listener{Listener: l, ln: ln, port: port, conns: map[net.Conn]bool{}, perIP: map[string]int{}}
 		s.mu.Lock()
 		s.listeners = append(s.listeners, li)
@@ -300,7 +304,7 @@ func (s *Service) Start() error {
 				go s.keeper()
 			}
 		}
-		s.log.Info("mllp listening", "addr", ln.Addr().String(), "project", l.Project)
+		s.log.Info("mllp listening", "addr", ln.Addr().String(), "project", l.Project, "tls", l.TLS != nil)
 	}
 	return nil
 }
@@ -408,6 +412,16 @@ func remoteIP(c net.Conn) net.IP {
 func (s *Service) serve(l *listener, conn net.Conn) {
 	idle := time.Duration(s.cfg.Limits.MLLPIdleSeconds) * time.Second
 	read := time.Duration(s.cfg.Limits.MLLPReadSeconds) * time.Second
+	if tc, ok := conn.(*tls.Conn); ok {
+		// The handshake is bounded like a message.
+		ctx, cancel := context.WithTimeout(context.Background(), read)
+		err := tc.HandshakeContext(ctx)
+		cancel()
+		if err != nil {
+			s.metrics.framing.WithLabelValues("tls").Inc()
+			return
+		}
+	}
 	r := mllp.NewReader(conn, int(s.cfg.Limits.MLLPMessageBytes))
 	r.Started = func() { conn.SetReadDeadline(time.Now().Add(read)) }
 	for {
@@ -845,7 +859,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		}, []string{"ack"}),
 		framing: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "sandbot_mllp_framing_errors_total",
-			Help: "MLLP framing events: garbage between frames, too_large messages, unterminated frames, timeout (idle or slow sender).",
+			Help: "MLLP framing events: garbage between frames, too_large messages, unterminated frames, timeout (idle or slow sender), tls (a failed TLS handshake).",
 		}, []string{"kind"}),
 		refused: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "sandbot_mllp_connections_refused_total",
