@@ -103,6 +103,11 @@ func TestHL7FeedApplicationMode(t *testing.T) {
 		if n := failedRuns(); n != 3 {
 			t.Errorf("%d failed runs, want 3 (FAIL1 twice, SLOW1, none tried again)", n)
 		}
+		// Their senders were answered AE: they are not failed messages to
+		// run again.
+		if listed, _ := f.c.Do("GET", "fhir/R4/AsyncJob?type=hl7-message", nil, "").JSON()["entry"].([]any); len(listed) != 0 {
+			t.Errorf("%d failed messages written, want none", len(listed))
+		}
 		// An unknown mode: AE, naming it.
 		r := f.c.Do("GET", "fhir/R4/Agent/"+agent, nil, "").JSON()
 		servertest.Field(r, "channel").([]any)[0].(map[string]any)["extension"] = ackModeExt("sometimes")

@@ -130,6 +130,10 @@ type Service struct {
 type appOutput struct {
 	Ack   string `json:"ack,omitempty"`
 	Error string `json:"error,omitempty"`
+	// Failed: the bot failed (it is not run again; the sender sends the
+	// message again). An Error without it: the bot ran, and answered no
+	// ACK.
+	Failed bool `json:"failed,omitempty"`
 }
 
 type listener struct {
@@ -583,9 +587,9 @@ func (s *Service) applicationAck(project string, m *hl7.Message, ch *channel, id
 		case out = <-done:
 			got = true
 		case <-timer.C:
-			return s.ackWith(m, "AE", "The bot did not answer within its timeout; the message is kept and its bot will be run again", &hl7.AckError{Code: 207})
+			return s.ackWith(m, "AE", "No ACK from the bot within its timeout; the message is kept and runs", &hl7.AckError{Code: 207})
 		case <-s.stop:
-			return s.ackWith(m, "AE", "The server is stopping; the message is kept and its bot will be run", &hl7.AckError{Code: 207})
+			return s.ackWith(m, "AE", "The server is stopping; the message is kept and runs", &hl7.AckError{Code: 207})
 		case <-poll.C:
 			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 			state, _, raw, err := s.cfg.Jobs.TaskState(ctx, id)
@@ -599,8 +603,18 @@ func (s *Service) applicationAck(project string, m *hl7.Message, ch *channel, id
 			}
 		}
 	}
+	if out.Error != "" && out.Failed {
+		// Its sender is told to send it again: the resend is a new
+		// message, not a duplicate of this one.
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		err := s.store.ForgetHit(ctx, seenKey(ch.agent, ch.name, m.ControlID()))
+		cancel()
+		if err == nil {
+			return s.ackWith(m, "AE", "The bot failed ("+out.Error+"); send the message again", &hl7.AckError{Code: 207})
+		}
+	}
 	if out.Error != "" {
-		return s.ackWith(m, "AE", "The bot failed ("+out.Error+"); the message is kept and its bot will be run again", &hl7.AckError{Code: 207})
+		return s.ackWith(m, "AE", "No ACK from the bot ("+out.Error+"); the message is kept", &hl7.AckError{Code: 207})
 	}
 	code := "AA"
 	if a, err := hl7.Parse([]byte(out.Ack)); err == nil {
@@ -608,6 +622,19 @@ func (s *Service) applicationAck(project string, m *hl7.Message, ch *channel, id
 	}
 	s.metrics.messages.WithLabelValues(code).Inc()
 	return []byte(out.Ack)
+}
+
+// answerMargin is how long before the end of its wait an application-mode
+// message's failure may not reach its sender (the output of a task run on
+// another replica is seen by polling).
+const answerMargin = 500 * time.Millisecond
+
+// unanswered reports whether the sender of an application-mode message
+// whose run failed may have been answered without the failure: the
+// connection's wait for it ended, or ends within answerMargin.
+func (s *Service) unanswered(ctx context.Context, project string, t *task) bool {
+	end := t.Received.Add(s.cfg.Bots.Timeout(ctx, project, t.Bot) + appStartGrace)
+	return time.Now().After(end.Add(-answerMargin))
 }
 
 // answered records what a run of an application-mode message answers its
@@ -631,12 +658,15 @@ func (s *Service) answered(ctx context.Context, job *jobs.Job, out appOutput) {
 // carries none.
 func botAck(res *bots.Result, err error) appOutput {
 	switch {
-	case err != nil:
+	case err != nil && (fhir.IsCode(err, fhir.EThrottled) || fhir.IsCode(err, fhir.EInternal) || fhir.IsCode(err, fhir.EUnavailable)):
+		// Not the bot's failure: its task runs again (Service.run).
 		return appOutput{Error: err.Error()}
+	case err != nil:
+		return appOutput{Error: err.Error(), Failed: true}
 	case res.Thrown:
-		return appOutput{Error: "the bot failed"}
+		return appOutput{Error: "it threw an error", Failed: true}
 	case res.Status >= 400:
-		return appOutput{Error: fmt.Sprintf("the bot answered %d", res.Status)}
+		return appOutput{Error: fmt.Sprintf("it answered %d", res.Status), Failed: true}
 	}
 	body := strings.TrimSpace(strings.ReplaceAll(string(res.Body), "\n", "\r"))
 	a, perr := hl7.Parse([]byte(body))
@@ -765,19 +795,18 @@ func (s *Service) run(ctx context.Context, job *jobs.Job) error {
 	final := job.Attempt >= job.MaxAttempts
 	application := t.Mode == AckApplication
 	fail := func(err error, permanent bool) error {
-		if application && t.Control != "" {
-			// Its sender was answered AE (or will be, by its timeout): it
-			// owns the retry, and its resend is a new message.
-			if ferr := s.store.ForgetHit(context.WithoutCancel(ctx), seenKey(t.Agent, t.Channel, t.Control)); ferr != nil {
-				return ferr
-			}
-		}
+		// In application mode a failed run is not tried again: its sender,
+		// answered AE, owns the retry. It is written as a failed message
+		// only when its sender may not have heard of the failure (the
+		// connection's wait was over, or nearly).
 		if permanent || final || application {
 			s.metrics.outcomes.WithLabelValues("failed").Inc()
 			s.log.Warn("mllp: message's bot failed", "agent", t.Agent, "channel", t.Channel, "control", t.Control, "err", err)
-			if werr := s.failed(ctx, job, &t, err); werr != nil {
-				// Not written: the database failed; try the message again.
-				return werr
+			if !application || s.unanswered(ctx, job.Project, &t) {
+				if werr := s.failed(ctx, job, &t, err); werr != nil {
+					// Not written: the database failed; try the message again.
+					return werr
+				}
 			}
 			return jobs.Permanent(err)
 		}
@@ -791,7 +820,7 @@ func (s *Service) run(ctx context.Context, job *jobs.Job) error {
 	if caller == nil || caller.ProjectID != job.Project {
 		err := fmt.Errorf("Bot/%s has no membership in the project", t.Bot)
 		if application {
-			s.answered(ctx, job, appOutput{Error: err.Error()})
+			s.answered(ctx, job, appOutput{Error: err.Error(), Failed: true})
 		}
 		return fail(err, true)
 	}
