@@ -1,6 +1,7 @@
 package fhirapi_test
 
 import (
+	"context"
 	"net"
 	"os"
 	"os/exec"
@@ -14,6 +15,7 @@ import (
 	"github.com/sandbot/sandbot/internal/mllp"
 	"github.com/sandbot/sandbot/internal/servertest"
 	"github.com/sandbot/sandbot/internal/services/hl7feed"
+	"github.com/sandbot/sandbot/store/storetest"
 )
 
 // hl7AckBot answers each message with an ACK of its own (MSH-3 BOT, MSA-3
@@ -243,4 +245,45 @@ func TestHL7FeedWithMedplumCLI(t *testing.T) {
 			t.Fatalf("the bot recorded %q", got)
 		}
 	}, mllpOptions(project, nil))
+}
+
+// TestHL7FeedApplicationModeAcrossReplicas: the replica that holds the
+// connection runs no jobs; another replica on the same database runs the
+// message's bot, and the first sends the bot's ACK, read from the task's
+// recorded output.
+func TestHL7FeedApplicationModeAcrossReplicas(t *testing.T) {
+	t.Parallel()
+	for _, b := range storetest.Backends(t) {
+		t.Run(b.Name, func(t *testing.T) {
+			project := uuid.NewString()
+			url := b.NewURL(t)
+			front := servertest.StartURL(t, b.Name, url, mllpOptions(project, nil))
+			runner := servertest.StartURL(t, b.Name, url, mllpOptions(project, nil))
+			front.StopJobs(context.Background())
+			f := newFeedWith(t, front, project, map[string]any{"name": "hl7-ack", "runtimeVersion": "vmcontext"},
+				hl7AckBot, ackModeExt(hl7feed.AckApplication))
+			c := dialMLLP(t, f.addr)
+			code, ctl, ack := c.send(mllp.Frame(adt("REP1", "P1")))
+			if code != "AA" || ctl != "REP1" || ack.Value("MSA-3") != "handled by the bot" {
+				t.Fatalf("REP1: %s %s %q", code, ctl, ack.Bytes())
+			}
+			if code, _, ack := c.send(mllp.Frame(adt("FAIL1", "P1"))); code != "AE" || !strings.Contains(ack.Value("MSA-3"), "bot failed") {
+				t.Fatalf("FAIL1: %s %q", code, ack.Bytes())
+			}
+			runs := func(s *servertest.Server) (n float64) {
+				mfs, _ := s.Registry.Gather()
+				for _, mf := range mfs {
+					if mf.GetName() == "sandbot_mllp_bot_runs_total" {
+						for _, m := range mf.GetMetric() {
+							n += m.GetCounter().GetValue()
+						}
+					}
+				}
+				return n
+			}
+			if r, f := runs(runner), runs(front); r != 2 || f != 0 {
+				t.Errorf("bot runs: %v on the other replica, %v on the one with the connection; want 2 and 0", r, f)
+			}
+		})
+	}
 }
