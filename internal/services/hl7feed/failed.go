@@ -83,7 +83,7 @@ func (s *Service) rerunDone(ctx context.Context, id string) error {
 }
 
 // Rerun runs a failed message (an AsyncJob of type FailedType, status
-// error) again, for a project admin (or a super admin) of its project: its
+// error, or cancelled when its last run again was cancelled) again, for a project admin (or a super admin) of its project: its
 // task is enqueued again, through the job engine, in the transaction that
 // makes the AsyncJob accepted. Others get 403; an id outside the caller's
 // projects, or not a failed message, 404; a message not failed (being run
@@ -108,7 +108,9 @@ func (s *Service) Rerun(ctx context.Context, p *principal.Principal, id string) 
 		if job.String("type") != FailedType {
 			return fhir.ErrNotFound
 		}
-		if st := job.String("status"); st != jobs.StatusError {
+		// error: failed; cancelled: a run again that was cancelled
+		// (DELETE on its job status URL).
+		if st := job.String("status"); st != jobs.StatusError && st != jobs.StatusCancelled {
 			return fhir.Errorf(fhir.EConflict, "This HL7 message is %s, not failed: it is not run again", st)
 		}
 		t, err := taskOf(job)

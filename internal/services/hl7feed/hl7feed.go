@@ -22,8 +22,9 @@
 // written as an AsyncJob (type hl7-message, status error) that the
 // project's admins list and run again (Rerun).
 //
-// It uses net for MLLP's TCP but knows nothing of HTTP; the framing is
-// internal/mllp's.
+// A listener may speak MLLP over TLS (Listener.TLS, from the operator's
+// certificate files). It uses net for MLLP's TCP but knows nothing of
+// HTTP; the framing is internal/mllp's.
 package hl7feed
 
 import (
