@@ -885,7 +885,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	m := &metrics{
 		messages: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "sandbot_mllp_messages_total",
-			Help: "MLLP messages answered, by acknowledgement code (AA/CA kept, AE/CE not kept, AR/CR rejected).",
+			Help: "MLLP messages answered, by acknowledgement code (AA/CA kept, AE/CE not kept, AR/CR rejected; on an application-mode channel, the code of the bot's ACK, or AE).",
 		}, []string{"ack"}),
 		framing: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "sandbot_mllp_framing_errors_total",
