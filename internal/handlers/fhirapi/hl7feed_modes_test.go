@@ -250,7 +250,9 @@ func TestHL7FeedWithMedplumCLI(t *testing.T) {
 // TestHL7FeedApplicationModeAcrossReplicas: the replica that holds the
 // connection runs no jobs; another replica on the same database runs the
 // message's bot, and the first sends the bot's ACK, read from the task's
-// recorded output.
+// recorded output. A message whose wait ended before any replica ran it
+// (AE: kept) and whose bot then failed stays a failed message to run
+// again; one whose failure was answered AE does not.
 func TestHL7FeedApplicationModeAcrossReplicas(t *testing.T) {
 	t.Parallel()
 	for _, b := range storetest.Backends(t) {
@@ -258,11 +260,15 @@ func TestHL7FeedApplicationModeAcrossReplicas(t *testing.T) {
 			project := uuid.NewString()
 			url := b.NewURL(t)
 			front := servertest.StartURL(t, b.Name, url, mllpOptions(project, nil))
-			runner := servertest.StartURL(t, b.Name, url, mllpOptions(project, nil))
 			front.StopJobs(context.Background())
-			f := newFeedWith(t, front, project, map[string]any{"name": "hl7-ack", "runtimeVersion": "vmcontext"},
+			f := newFeedWith(t, front, project, map[string]any{"name": "hl7-ack", "runtimeVersion": "vmcontext", "timeout": 1},
 				hl7AckBot, ackModeExt(hl7feed.AckApplication))
 			c := dialMLLP(t, f.addr)
+			// No replica runs jobs yet: the wait (1 s and 1 s to start) ends.
+			if code, _, ack := c.send(mllp.Frame(adt("FAIL2", "P1"))); code != "AE" || !strings.Contains(ack.Value("MSA-3"), "kept") {
+				t.Fatalf("FAIL2: %s %q", code, ack.Bytes())
+			}
+			runner := servertest.StartURL(t, b.Name, url, mllpOptions(project, nil))
 			code, ctl, ack := c.send(mllp.Frame(adt("REP1", "P1")))
 			if code != "AA" || ctl != "REP1" || ack.Value("MSA-3") != "handled by the bot" {
 				t.Fatalf("REP1: %s %s %q", code, ctl, ack.Bytes())
@@ -281,8 +287,20 @@ func TestHL7FeedApplicationModeAcrossReplicas(t *testing.T) {
 				}
 				return n
 			}
-			if r, f := runs(runner), runs(front); r != 2 || f != 0 {
-				t.Errorf("bot runs: %v on the other replica, %v on the one with the connection; want 2 and 0", r, f)
+			if r, f := runs(runner), runs(front); r != 3 || f != 0 {
+				t.Errorf("bot runs: %v on the other replica, %v on the one with the connection; want 3 and 0", r, f)
+			}
+			entries, _ := f.c.Do("GET", "fhir/R4/AsyncJob?type=hl7-message&status=error", nil, "").JSON()["entry"].([]any)
+			var listed []string
+			for _, e := range entries {
+				for _, p := range servertest.Field(e, "resource", "output", "parameter").([]any) {
+					if servertest.Field(p, "name") == "controlId" {
+						listed = append(listed, servertest.Field(p, "valueString").(string))
+					}
+				}
+			}
+			if strings.Join(listed, ",") != "FAIL2" {
+				t.Errorf("failed messages listed: %q, want FAIL2 only", listed)
 			}
 		})
 	}

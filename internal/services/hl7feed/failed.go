@@ -27,7 +27,7 @@ import (
 
 // failed writes (or, for a message run again, updates) the failed message
 // of t.
-func (s *Service) failed(ctx context.Context, job *jobs.Job, t *task, cause error) error {
+func (s *Service) failed(ctx context.Context, job *jobs.Job, t *task, cause error) (string, error) {
 	now := time.Now().UTC().Format(fhir.TimeFormat)
 	out := map[string]any{"resourceType": "Parameters", "parameter": []any{
 		map[string]any{"name": "message", "valueString": t.Message},
@@ -46,8 +46,10 @@ func (s *Service) failed(ctx context.Context, job *jobs.Job, t *task, cause erro
 	author := fhir.Reference{Reference: "Agent/" + t.Agent}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 	defer cancel()
-	return s.store.InTx(ctx, func(tx store.Store) error {
+	var id string
+	err := s.store.InTx(ctx, func(tx store.Store) error {
 		if t.Record != "" {
+			id = t.Record
 			_, err := tx.Update(ctx, scope, "AsyncJob", t.Record, store.Write{Author: author}, func(r fhir.Resource) (fhir.Resource, error) {
 				r["status"] = jobs.StatusError
 				r["transactionTime"] = now
@@ -63,9 +65,13 @@ func (s *Service) failed(ctx context.Context, job *jobs.Job, t *task, cause erro
 		rec := fhir.Resource{"resourceType": "AsyncJob", "type": FailedType, "status": jobs.StatusError,
 			"request":     "Agent/" + t.Agent + "/channel/" + url.PathEscape(t.Channel),
 			"requestTime": t.Received.UTC().Format(fhir.TimeFormat), "transactionTime": now, "output": out}
-		_, err := tx.Create(ctx, rec, store.Write{Project: job.Project, Author: author})
+		created, err := tx.Create(ctx, rec, store.Write{Project: job.Project, Author: author})
+		if err == nil {
+			id = created.ID
+		}
 		return err
 	})
+	return id, err
 }
 
 // rerunDone marks a failed message that was run again as completed.

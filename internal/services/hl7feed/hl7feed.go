@@ -135,6 +135,9 @@ type appOutput struct {
 	// message again). An Error without it: the bot ran, and answered no
 	// ACK.
 	Failed bool `json:"failed,omitempty"`
+	// Record is the failed message written for a failure (an AsyncJob),
+	// which the connection deletes once it has answered AE.
+	Record string `json:"record,omitempty"`
 }
 
 type listener struct {
@@ -606,11 +609,17 @@ func (s *Service) applicationAck(project string, m *hl7.Message, ch *channel, id
 	}
 	if out.Error != "" && out.Failed {
 		// Its sender is told to send it again: the resend is a new
-		// message, not a duplicate of this one.
+		// message, not a duplicate of this one, and the failed message
+		// written for it is not one to run again.
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		err := s.store.ForgetHit(ctx, seenKey(ch.agent, ch.name, m.ControlID()))
-		cancel()
-		if err == nil {
+		defer cancel()
+		if err := s.store.ForgetHit(ctx, seenKey(ch.agent, ch.name, m.ControlID())); err == nil {
+			if out.Record != "" {
+				err := s.store.Delete(ctx, store.ProjectScope(project), "AsyncJob", out.Record, store.Write{Author: fhir.Reference{Reference: "Agent/" + ch.agent}})
+				if err != nil && !fhir.IsCode(err, fhir.ENotFound) && !fhir.IsCode(err, fhir.EGone) {
+					s.log.Warn("mllp: deleting a failed message answered AE", "record", out.Record, "err", err)
+				}
+			}
 			return s.ackWith(m, "AE", "The bot failed ("+out.Error+"); send the message again", &hl7.AckError{Code: 207})
 		}
 	}
@@ -623,19 +632,6 @@ func (s *Service) applicationAck(project string, m *hl7.Message, ch *channel, id
 	}
 	s.metrics.messages.WithLabelValues(code).Inc()
 	return []byte(out.Ack)
-}
-
-// answerMargin is how long before the end of its wait an application-mode
-// message's failure may not reach its sender (the output of a task run on
-// another replica is seen by polling).
-const answerMargin = 500 * time.Millisecond
-
-// unanswered reports whether the sender of an application-mode message
-// whose run failed may have been answered without the failure: the
-// connection's wait for it ended, or ends within answerMargin.
-func (s *Service) unanswered(ctx context.Context, project string, t *task) bool {
-	end := t.Received.Add(s.cfg.Bots.Timeout(ctx, project, t.Bot) + appStartGrace)
-	return time.Now().After(end.Add(-answerMargin))
 }
 
 // answered records what a run of an application-mode message answers its
@@ -796,23 +792,32 @@ func (s *Service) run(ctx context.Context, job *jobs.Job) error {
 	final := job.Attempt >= job.MaxAttempts
 	application := t.Mode == AckApplication
 	fail := func(err error, permanent bool) error {
-		// In application mode a failed run is not tried again: its sender,
-		// answered AE, owns the retry. It is written as a failed message
-		// only when its sender may not have heard of the failure (the
-		// connection's wait was over, or nearly).
-		if permanent || final || application {
+		if permanent || final {
 			s.metrics.outcomes.WithLabelValues("failed").Inc()
 			s.log.Warn("mllp: message's bot failed", "agent", t.Agent, "channel", t.Channel, "control", t.Control, "err", err)
-			if !application || s.unanswered(ctx, job.Project, &t) {
-				if werr := s.failed(ctx, job, &t, err); werr != nil {
-					// Not written: the database failed; try the message again.
-					return werr
-				}
+			if _, werr := s.failed(ctx, job, &t, err); werr != nil {
+				// Not written: the database failed; try the message again.
+				return werr
 			}
 			return jobs.Permanent(err)
 		}
 		s.metrics.outcomes.WithLabelValues("retried").Inc()
 		return err
+	}
+	// In application mode a failed run is not tried again: it is written
+	// as a failed message, then its answer goes to the connection, which
+	// deletes that record once it has told the sender AE (the sender owns
+	// the retry); a record whose connection never answered stays.
+	appFail := func(out appOutput) error {
+		s.metrics.outcomes.WithLabelValues("failed").Inc()
+		s.log.Warn("mllp: message's bot failed", "agent", t.Agent, "channel", t.Channel, "control", t.Control, "err", out.Error)
+		id, err := s.failed(ctx, job, &t, errors.New(out.Error))
+		if err != nil {
+			return err
+		}
+		out.Record = id
+		s.answered(ctx, job, out)
+		return jobs.Permanent(errors.New(out.Error))
 	}
 	caller, err := principal.ForUser(ctx, s.store, "Bot/"+t.Bot)
 	if err != nil {
@@ -821,7 +826,7 @@ func (s *Service) run(ctx context.Context, job *jobs.Job) error {
 	if caller == nil || caller.ProjectID != job.Project {
 		err := fmt.Errorf("Bot/%s has no membership in the project", t.Bot)
 		if application {
-			s.answered(ctx, job, appOutput{Error: err.Error(), Failed: true})
+			return appFail(appOutput{Error: err.Error(), Failed: true})
 		}
 		return fail(err, true)
 	}
@@ -839,7 +844,11 @@ func (s *Service) run(ctx context.Context, job *jobs.Job) error {
 		Details: []bots.Detail{{Type: "channel", Value: t.Channel}, {Type: "MSH-10", Value: t.Control}, {Type: "ACK", Value: t.Ack},
 			{Type: "attempt", Value: strconv.Itoa(job.Attempt)}}})
 	if application && ctx.Err() == nil {
-		s.answered(ctx, job, botAck(res, err))
+		out := botAck(res, err)
+		if out.Failed {
+			return appFail(out)
+		}
+		s.answered(ctx, job, out)
 	}
 	switch {
 	case err == nil && res.Thrown:
