@@ -462,8 +462,11 @@ func (s *Service) serve(l *listener, conn net.Conn) {
 			}
 			return
 		}
-		if ack == nil {
+		switch {
+		case ack == nil:
 			return // the connection failed while a message waited
+		case len(ack) == 0:
+			continue // answered already (through early)
 		}
 		conn.SetWriteDeadline(time.Now().Add(read))
 		if err := mllp.WriteFrame(conn, ack); err != nil {
@@ -498,10 +501,11 @@ type task struct {
 	Record string `json:"record,omitempty"`
 }
 
-// receive keeps one message and answers its acknowledgement.
-// In application mode, a sender that asked for enhanced acknowledgements
-// gets the commit ACK (CA) through early once the message is kept, then the
-// bot's.
+// receive keeps one message and answers its acknowledgement, or nil when
+// the connection failed, or an empty answer when it was sent already.
+// early writes an acknowledgement at once: in application mode, the commit
+// ACK (CA) that a sender asking for enhanced acknowledgements gets once the
+// message is kept, before the bot's, and an AE whose delivery matters.
 func (s *Service) receive(l *listener, conn net.Conn, raw []byte, early func([]byte) error) []byte {
 	received := time.Now()
 	m, err := hl7.Parse(raw)
@@ -551,7 +555,7 @@ func (s *Service) receive(l *listener, conn net.Conn, raw []byte, early func([]b
 				return nil
 			}
 		}
-		return s.applicationAck(l.Project, m, ch, res.task, received)
+		return s.applicationAck(l.Project, m, ch, res.task, received, early)
 	}
 	return s.ack(m, code[1:], "", nil)
 }
@@ -569,7 +573,7 @@ const appStartGrace = time.Second
 // tried again (the sender, answered AE, sends the message again, and it is
 // a new one); a message still waiting or running when the time is up stays
 // kept, and runs.
-func (s *Service) applicationAck(project string, m *hl7.Message, ch *channel, id int64, received time.Time) []byte {
+func (s *Service) applicationAck(project string, m *hl7.Message, ch *channel, id int64, received time.Time, early func([]byte) error) []byte {
 	deadline := received.Add(s.cfg.Bots.Timeout(context.Background(), project, ch.bot) + appStartGrace)
 	done := make(chan appOutput, 1)
 	s.waitMu.Lock()
@@ -611,16 +615,21 @@ func (s *Service) applicationAck(project string, m *hl7.Message, ch *channel, id
 		// Its sender is told to send it again: the resend is a new
 		// message, not a duplicate of this one, and the failed message
 		// written for it is not one to run again.
+		// It is deleted only once the AE is written: a sender that did not
+		// get it may not send the message again.
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
 		if err := s.store.ForgetHit(ctx, seenKey(ch.agent, ch.name, m.ControlID())); err == nil {
+			if err := early(s.ackWith(m, "AE", "The bot failed ("+out.Error+"); send the message again", &hl7.AckError{Code: 207})); err != nil {
+				return nil
+			}
 			if out.Record != "" {
 				err := s.store.Delete(ctx, store.ProjectScope(project), "AsyncJob", out.Record, store.Write{Author: fhir.Reference{Reference: "Agent/" + ch.agent}})
 				if err != nil && !fhir.IsCode(err, fhir.ENotFound) && !fhir.IsCode(err, fhir.EGone) {
 					s.log.Warn("mllp: deleting a failed message answered AE", "record", out.Record, "err", err)
 				}
 			}
-			return s.ackWith(m, "AE", "The bot failed ("+out.Error+"); send the message again", &hl7.AckError{Code: 207})
+			return []byte{}
 		}
 	}
 	if out.Error != "" {
