@@ -17,8 +17,8 @@ try {
   for (const file of files) {
     const msg = Hl7Message.parse(readFileSync(file, 'utf8').trim());
     // 'first': an enhanced-mode commit ACK (CA) is the answer; the client's
-    // default waits for an application ACK after it, which sandbot does not
-    // send (its bot's answer is not relayed).
+    // default waits for an application ACK after it, which sandbot sends
+    // only on a channel in application mode (the bot's own ACK).
     const ack = await client.sendAndWait(msg, { timeoutMs: 20_000, returnAck: 'first' });
     const msa = ack.getSegment('MSA');
     console.log(`${msa.getField(1).toString()} ${msa.getField(2).toString()}`);

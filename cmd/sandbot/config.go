@@ -99,7 +99,7 @@ func configFlags(fs *flag.FlagSet, cfg *config) {
 	str(&cfg.ModuleArtifactKey, "module-artifact-key", "SANDBOT_MODULE_ARTIFACT_KEY", "", "key (32 characters or more, the same on every replica, kept out of the database) that authenticates the compiled bot modules replicas share through the database; empty: a key kept in the database")
 	str(&cfg.SMTPURL, "smtp-url", "SANDBOT_SMTP_URL", "", "smtp://user:pass@host:port for invitation e-mails; empty logs them")
 	str(&cfg.AppBaseURL, "app-base-url", "SANDBOT_APP_BASE_URL", "", "base URL of the web app: invitation links point at <app>setpassword/…, and its origin may call the API (empty: the base URL)")
-	str(&cfg.MLLPAddrs, "mllp-addrs", "SANDBOT_MLLP_ADDRS", "", "HL7 over MLLP: comma-separated ADDR=PROJECT[;CIDR...] listeners (\":2575=<project id>\"), each feeding one project's Agent channel")
+	str(&cfg.MLLPAddrs, "mllp-addrs", "SANDBOT_MLLP_ADDRS", "", "HL7 over MLLP: comma-separated ADDR=PROJECT[;CIDR...][;cert=FILE;key=FILE[;clientca=FILE]] listeners (\":2575=<project id>\"), each feeding one project's Agent channel, over TLS with cert= and key=")
 	str(&cfg.CORSOrigins, "cors-origins", "SANDBOT_CORS_ORIGINS", "", "comma-separated origins (https://app.example.com) whose browser apps may call the API")
 	str(&cfg.LogLevel, "log-level", "SANDBOT_LOG_LEVEL", "info", "debug, info, warn or error")
 	fs.BoolVar(&cfg.AuditMemory, "bot-audit-memory", os.Getenv("SANDBOT_BOT_AUDIT_QUEUE") == "memory", "answer a bot execution once its AuditEvent is queued in memory rather than on disk in the audit journal: faster on a slow disk, but a crash loses the events of its last moments ($SANDBOT_BOT_AUDIT_QUEUE=memory; default disk)")

@@ -55,6 +55,8 @@ func TestConfigValidation(t *testing.T) {
 		{"wildcard CORS origin", nil, map[string]string{"SANDBOT_CORS_ORIGINS": "https://app.example.com, *"}, []string{"SANDBOT_CORS_ORIGINS", "not *"}},
 		{"MLLP listener without a project", nil, map[string]string{"SANDBOT_MLLP_ADDRS": ":2575"}, []string{"SANDBOT_MLLP_ADDRS", "ADDR=PROJECT"}},
 		{"MLLP listener with a bad network", []string{"-mllp-addrs", ":2575=p;10.0.0.0"}, nil, []string{"SANDBOT_MLLP_ADDRS", "10.0.0.0"}},
+		{"MLLP over TLS without its key", []string{"-mllp-addrs", ":2575=p;cert=/nonexistent.pem"}, nil, []string{"SANDBOT_MLLP_ADDRS", "key="}},
+		{"MLLP over TLS with a missing file", []string{"-mllp-addrs", ":2575=p;cert=/nonexistent.pem;key=/nonexistent-key.pem"}, nil, []string{"SANDBOT_MLLP_ADDRS", "nonexistent.pem"}},
 		{"CORS origin with a path", []string{"-cors-origins", "https://app.example.com/app"}, nil, []string{"SANDBOT_CORS_ORIGINS", "https://app.example.com/app"}},
 		{"CORS origin without scheme", []string{"-cors-origins", "app.example.com"}, nil, []string{"SANDBOT_CORS_ORIGINS"}},
 		{"bad log level", []string{"-log-level", "loud"}, nil, []string{"SANDBOT_LOG_LEVEL"}},

@@ -390,6 +390,14 @@ func parseChange(payload string) (store.Change, bool) {
 	return store.Change{Seq: seq, ResourceType: f[1], ID: f[2], Project: f[3]}, true
 }
 
+// ForgetHit ends key's current window: the next CountHit of key is its
+// first. (An HL7 message answered AE after it was counted as seen is sent
+// again as a new one.)
+func (s *Store) ForgetHit(ctx context.Context, key string) error {
+	_, err := s.q.ExecContext(ctx, s.rebind(`DELETE FROM rate_counts WHERE key = ?`), key)
+	return err
+}
+
 // CountHit implements store.Store: one upsert, so concurrent hits from any
 // number of processes are all counted. Ended windows are deleted now and
 // then.

@@ -48,6 +48,9 @@ type Config struct {
 	// Jobs serves the status of asynchronous jobs and cancels them; nil
 	// answers every $execute synchronously.
 	Jobs Jobs
+	// HL7 runs failed HL7 messages again (AsyncJob/{id}/$rerun); nil
+	// leaves the operation out.
+	HL7 HL7
 }
 
 // Jobs is what the job status endpoints need of the job engine.
@@ -102,6 +105,7 @@ func (h *Handler) Register(r *mux.Router) {
 		fn(api)
 	}
 	h.registerBots(api)
+	h.registerHL7(api)
 	h.registerExport(api)
 	h.definitionRoutes(api)
 	h.validateRoutes(api)

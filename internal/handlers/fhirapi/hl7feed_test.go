@@ -42,24 +42,36 @@ type feed struct {
 	bot  string
 }
 
-// newFeed wires the server's listener to a project: the project (with the
+// newFeedFor wires the server's listener to a project: the project (with the
 // listener's id), the recorder bot, an Endpoint on the listener's port and an
 // Agent channel to the bot.
 func newFeedFor(t testing.TB, s *servertest.Server, project, partitionKey string) *feed {
 	t.Helper()
+	var exts []any
+	if partitionKey != "" {
+		exts = append(exts, map[string]any{"url": hl7feed.PartitionKeyExtension, "valueString": partitionKey})
+	}
+	return newFeedWith(t, s, project, map[string]any{"name": "hl7-recorder", "runtimeVersion": "vmcontext"}, hl7RecorderBot, exts)
+}
+
+// newFeedWith is newFeedFor with the Bot's fields, its code and the
+// channel's extensions chosen.
+func newFeedWith(t testing.TB, s *servertest.Server, project string, bot map[string]any, code string, exts []any) *feed {
+	t.Helper()
 	addr := s.HL7.Addrs()[0].String()
 	c := s.NewProjectWithID(t, project, "hl7 feed")
-	bot := memberJSBot(t, c, "hl7-recorder", hl7RecorderBot)
+	id := createMemberBot(t, c, bot)
+	deployJSCode(t, c, id, bot["name"].(string), code)
 	_, port, _ := net.SplitHostPort(addr)
 	ep := c.Create(map[string]any{"resourceType": "Endpoint", "status": "active", "address": "mllp://0.0.0.0:" + port,
 		"connectionType": map[string]any{"code": "hl7-mllp"}, "payloadType": []any{map[string]any{"text": "HL7"}}})
 	ch := map[string]any{"name": "adt", "endpoint": map[string]any{"reference": "Endpoint/" + ep["id"].(string)},
-		"targetReference": map[string]any{"reference": "Bot/" + bot}}
-	if partitionKey != "" {
-		ch["extension"] = []any{map[string]any{"url": hl7feed.PartitionKeyExtension, "valueString": partitionKey}}
+		"targetReference": map[string]any{"reference": "Bot/" + id}}
+	if len(exts) > 0 {
+		ch["extension"] = exts
 	}
 	c.Create(map[string]any{"resourceType": "Agent", "name": "feed", "status": "active", "channel": []any{ch}})
-	return &feed{s: s, c: c, addr: addr, bot: bot}
+	return &feed{s: s, c: c, addr: addr, bot: id}
 }
 
 func mllpOptions(project string, extra func(*server.Config)) servertest.Option {

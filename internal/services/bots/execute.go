@@ -202,6 +202,22 @@ func outcomeLabel(res *runtime.Result, err error) string {
 // bots, whatever Bot.timeout says; the server's bot limits cap it in turn.
 const maxBotTimeoutSetting = "maxBotTimeout"
 
+// Timeout is how long an execution of Bot/id of project may run (the
+// Bot's timeout, capped by its project's maxBotTimeout; the server's
+// default when the Bot cannot be read): what a trigger that waits for the
+// bot's answer (an HL7 feed in application mode) waits.
+func (s *Service) Timeout(ctx context.Context, project, id string) time.Duration {
+	rec, err := s.store.Read(ctx, store.ProjectScope(project), "Bot", id)
+	if err != nil {
+		return s.cfg.Limits.BotTimeout
+	}
+	t, err := s.resolve(ctx, rec)
+	if err != nil {
+		return s.cfg.Limits.BotTimeout
+	}
+	return s.botTimeout(t.bot, t.project)
+}
+
 // botTimeout is an execution's deadline: the Bot's timeout, or the server's
 // default, capped by the project's maxBotTimeout setting; the runtime caps
 // it by the server's maximum (docs/decisions.md 14).

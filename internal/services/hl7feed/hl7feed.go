@@ -15,12 +15,21 @@
 // partition key (a patient's identifier) when the channel names one. The
 // bot runs as its own membership through the bots service, with retries.
 //
-// It uses net for MLLP's TCP but knows nothing of HTTP; the framing is
-// internal/mllp's.
+// A channel in application mode (AckModeExtension) keeps its messages in
+// the same way, then answers with the ACK its bot returned, once the
+// message's task has run (on any replica), or AE when the bot failed or did
+// not answer within its timeout. A message whose bot failed for good is
+// written as an AsyncJob (type hl7-message, status error) that the
+// project's admins list and run again (Rerun).
+//
+// A listener may speak MLLP over TLS (Listener.TLS, from the operator's
+// certificate files). It uses net for MLLP's TCP but knows nothing of
+// HTTP; the framing is internal/mllp's.
 package hl7feed
 
 import (
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -29,6 +38,7 @@ import (
 	"net/url"
 	"sort"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -56,6 +66,22 @@ const (
 // path such as "PID-3.1") whose value in each message orders the channel's
 // messages per value instead of all together.
 const PartitionKeyExtension = "https://sandbot.dev/fhir/StructureDefinition/hl7-partition-key"
+
+// AckModeExtension is the Agent.channel extension (valueCode) that says
+// what a channel's acknowledgement means: "commit" (the default: the
+// message is kept with its task) or "application" (the ACK the bot
+// returned, once it ran, as the reference's agent answers in its original
+// mode).
+const AckModeExtension = "https://sandbot.dev/fhir/StructureDefinition/hl7-ack-mode"
+
+// The acknowledgement modes of AckModeExtension.
+const (
+	AckCommit      = "commit"
+	AckApplication = "application"
+)
+
+// FailedType is the AsyncJob.type of a message whose bot failed for good.
+const FailedType = "hl7-message"
 
 // MaxAttempts is how many times a message's bot is run when it fails.
 const MaxAttempts = 4
@@ -91,6 +117,27 @@ type Service struct {
 	listeners []*listener
 	closed    bool
 	wg        sync.WaitGroup
+
+	// waiters are the application-mode messages waiting for their task's
+	// first run on this process, by task id.
+	waitMu  sync.Mutex
+	waiters map[int64]chan appOutput
+}
+
+// appOutput is what a run of an application-mode message's task answers
+// its sender (recorded as the task's output, so that the connection that
+// waits for it may be on another replica): the bot's ACK, or why there is
+// none.
+type appOutput struct {
+	Ack   string `json:"ack,omitempty"`
+	Error string `json:"error,omitempty"`
+	// Failed: the bot failed (it is not run again; the sender sends the
+	// message again). An Error without it: the bot ran, and answered no
+	// ACK.
+	Failed bool `json:"failed,omitempty"`
+	// Record is the failed message written for a failure (an AsyncJob),
+	// which the connection deletes once it has answered AE.
+	Record string `json:"record,omitempty"`
 }
 
 type listener struct {
@@ -109,6 +156,7 @@ type listener struct {
 type channel struct {
 	agent, name, bot string
 	partitionKey     string
+	application      bool
 }
 
 // New builds the service and registers its task with the job engine; Start
@@ -119,7 +167,7 @@ func New(cfg Config) *Service {
 		cfg.Log = slog.New(slog.DiscardHandler)
 	}
 	s := &Service{cfg: cfg, store: cfg.Store, log: cfg.Log, metrics: newMetrics(cfg.Registerer),
-		keeps: make(chan keepRequest, 1024), stop: make(chan struct{})}
+		keeps: make(chan keepRequest, 1024), stop: make(chan struct{}), waiters: map[int64]chan appOutput{}}
 	cfg.Jobs.HandleTasks(taskKind, taskQueue, s.run)
 	return s
 }
@@ -140,7 +188,9 @@ type keepRequest struct {
 
 type keepResult struct {
 	dup bool
-	err error
+	// task is the id of the message's task (when it is not a duplicate).
+	task int64
+	err  error
 }
 
 // keep commits a message with its task (or finds it a duplicate) and
@@ -192,6 +242,7 @@ func (s *Service) keeper() {
 func (s *Service) commit(batch []keepRequest) {
 	s.metrics.batch.Observe(float64(len(batch)))
 	dups := make([]bool, len(batch))
+	ids := make([]int64, len(batch))
 	ctx, cancel := context.WithTimeout(context.Background(), time.Duration(s.cfg.Limits.MLLPReadSeconds)*time.Second)
 	defer cancel()
 	err := s.store.InTx(ctx, func(tx store.Store) error {
@@ -221,10 +272,19 @@ func (s *Service) commit(batch []keepRequest) {
 					MaxAttempts: MaxAttempts, Partition: r.partition})
 			}
 		}
-		return s.cfg.Jobs.EnqueueMany(ctx, tx, tasks)
+		got, err := s.cfg.Jobs.EnqueueManyIDs(ctx, tx, tasks)
+		if err != nil {
+			return err
+		}
+		for i, j := 0, 0; i < len(batch) && j < len(got); i++ {
+			if !dups[i] {
+				ids[i], j = got[j], j+1
+			}
+		}
+		return nil
 	})
 	for i, r := range batch {
-		r.done <- keepResult{dup: dups[i], err: err}
+		r.done <- keepResult{dup: dups[i], task: ids[i], err: err}
 	}
 }
 
@@ -237,6 +297,9 @@ func (s *Service) Start() error {
 			return fmt.Errorf("mllp: listen %s: %w", l.Addr, err)
 		}
 		_, port, _ := net.SplitHostPort(ln.Addr().String())
+		if l.TLS != nil {
+			ln = tls.NewListener(ln, l.TLS)
+		}
 		li := &listener{Listener: l, ln: ln, port: port, conns: map[net.Conn]bool{}, perIP: map[string]int{}}
 		s.mu.Lock()
 		s.listeners = append(s.listeners, li)
@@ -249,7 +312,7 @@ func (s *Service) Start() error {
 				go s.keeper()
 			}
 		}
-		s.log.Info("mllp listening", "addr", ln.Addr().String(), "project", l.Project)
+		s.log.Info("mllp listening", "addr", ln.Addr().String(), "project", l.Project, "tls", l.TLS != nil)
 	}
 	return nil
 }
@@ -357,6 +420,16 @@ func remoteIP(c net.Conn) net.IP {
 func (s *Service) serve(l *listener, conn net.Conn) {
 	idle := time.Duration(s.cfg.Limits.MLLPIdleSeconds) * time.Second
 	read := time.Duration(s.cfg.Limits.MLLPReadSeconds) * time.Second
+	if tc, ok := conn.(*tls.Conn); ok {
+		// The handshake is bounded like a message.
+		ctx, cancel := context.WithTimeout(context.Background(), read)
+		err := tc.HandshakeContext(ctx)
+		cancel()
+		if err != nil {
+			s.metrics.framing.WithLabelValues("tls").Inc()
+			return
+		}
+	}
 	r := mllp.NewReader(conn, int(s.cfg.Limits.MLLPMessageBytes))
 	r.Started = func() { conn.SetReadDeadline(time.Now().Add(read)) }
 	for {
@@ -370,7 +443,10 @@ func (s *Service) serve(l *listener, conn net.Conn) {
 		switch {
 		case err == nil:
 			s.metrics.bytes.Add(float64(len(msg)))
-			ack = s.receive(l, conn, msg)
+			ack = s.receive(l, conn, msg, func(early []byte) error {
+				conn.SetWriteDeadline(time.Now().Add(read))
+				return mllp.WriteFrame(conn, early)
+			})
 		case errors.Is(err, mllp.ErrTooLarge):
 			s.metrics.framing.WithLabelValues("too_large").Inc()
 			ack = rejectAck(fmt.Sprintf("The message is larger than %d bytes", s.cfg.Limits.MLLPMessageBytes))
@@ -385,6 +461,12 @@ func (s *Service) serve(l *listener, conn net.Conn) {
 				s.metrics.framing.WithLabelValues("timeout").Inc()
 			}
 			return
+		}
+		switch {
+		case ack == nil:
+			return // the connection failed while a message waited
+		case len(ack) == 0:
+			continue // answered already (through early)
 		}
 		conn.SetWriteDeadline(time.Now().Add(read))
 		if err := mllp.WriteFrame(conn, ack); err != nil {
@@ -411,10 +493,20 @@ type task struct {
 	Received time.Time `json:"received"`
 	Remote   string    `json:"remote,omitempty"`
 	Ack      string    `json:"ack"`
+	// Mode is AckApplication when a connection waits for the bot's ACK.
+	Mode string `json:"mode,omitempty"`
+	// Partition is the task's partition (kept for a run again).
+	Partition string `json:"partition,omitempty"`
+	// Record is the AsyncJob of a failed message being run again.
+	Record string `json:"record,omitempty"`
 }
 
-// receive keeps one message and answers its acknowledgement.
-func (s *Service) receive(l *listener, conn net.Conn, raw []byte) []byte {
+// receive keeps one message and answers its acknowledgement, or nil when
+// the connection failed, or an empty answer when it was sent already.
+// early writes an acknowledgement at once: in application mode, the commit
+// ACK (CA) that a sender asking for enhanced acknowledgements gets once the
+// message is kept, before the bot's, and an AE whose delivery matters.
+func (s *Service) receive(l *listener, conn net.Conn, raw []byte, early func([]byte) error) []byte {
 	received := time.Now()
 	m, err := hl7.Parse(raw)
 	if err != nil {
@@ -440,9 +532,13 @@ func (s *Service) receive(l *listener, conn net.Conn, raw []byte) []byte {
 	if ch.partitionKey != "" {
 		partition += "/" + m.Value(ch.partitionKey)
 	}
+	mode := ""
+	if ch.application {
+		mode = AckApplication
+	}
 	payload, _ := json.Marshal(task{Agent: ch.agent, Channel: ch.name, Bot: ch.bot, Message: string(raw), Control: ctl,
-		Received: received, Remote: conn.RemoteAddr().String(), Ack: code})
-	res := s.keep(keepRequest{project: l.Project, key: "hl7-seen " + ch.agent + "/" + ch.name + " " + ctl, control: ctl,
+		Received: received, Remote: conn.RemoteAddr().String(), Ack: code, Mode: mode, Partition: partition})
+	res := s.keep(keepRequest{project: l.Project, key: seenKey(ch.agent, ch.name, ctl), control: ctl,
 		partition: partition, payload: payload})
 	if res.err != nil {
 		s.log.Warn("mllp: message not kept", "addr", l.Addr, "control", ctl, "err", res.err)
@@ -453,7 +549,142 @@ func (s *Service) receive(l *listener, conn net.Conn, raw []byte) []byte {
 	if dup {
 		s.metrics.duplicates.Inc()
 	}
+	if ch.application && !dup {
+		if code == "CA" {
+			if err := early(s.ack(m, "A", "", nil)); err != nil {
+				return nil
+			}
+		}
+		return s.applicationAck(l.Project, m, ch, res.task, received, early)
+	}
 	return s.ack(m, code[1:], "", nil)
+}
+
+// appStartGrace is how much longer than its bot's timeout an
+// application-mode message waits for its answer: the time for its task to
+// be fetched by a worker.
+const appStartGrace = time.Second
+
+// applicationAck waits, until the bot's timeout (and appStartGrace) from
+// the message's arrival, for the first run of its task to end (on this
+// process or another), and answers the ACK the bot returned; AE when the
+// bot failed, returned no HL7 message, or took longer (AE even in enhanced
+// mode: it is the application acknowledgement). A failed run is not
+// tried again (the sender, answered AE, sends the message again, and it is
+// a new one); a message still waiting or running when the time is up stays
+// kept, and runs.
+func (s *Service) applicationAck(project string, m *hl7.Message, ch *channel, id int64, received time.Time, early func([]byte) error) []byte {
+	deadline := received.Add(s.cfg.Bots.Timeout(context.Background(), project, ch.bot) + appStartGrace)
+	done := make(chan appOutput, 1)
+	s.waitMu.Lock()
+	s.waiters[id] = done
+	s.waitMu.Unlock()
+	defer func() {
+		s.waitMu.Lock()
+		delete(s.waiters, id)
+		s.waitMu.Unlock()
+	}()
+	timer := time.NewTimer(time.Until(deadline))
+	defer timer.Stop()
+	// Another replica's run is seen in its task's output.
+	poll := time.NewTicker(50 * time.Millisecond)
+	defer poll.Stop()
+	var out appOutput
+	for got := false; !got; {
+		select {
+		case out = <-done:
+			got = true
+		case <-timer.C:
+			return s.ackWith(m, "AE", "No ACK from the bot within its timeout; the message is kept and runs", &hl7.AckError{Code: 207})
+		case <-s.stop:
+			return s.ackWith(m, "AE", "The server is stopping; the message is kept and runs", &hl7.AckError{Code: 207})
+		case <-poll.C:
+			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+			state, _, raw, err := s.cfg.Jobs.TaskState(ctx, id)
+			cancel()
+			switch {
+			case err != nil:
+			case len(raw) > 0 && json.Unmarshal(raw, &out) == nil:
+				got = true
+			case state == "" || state == "cancelled" || state == "discarded":
+				out, got = appOutput{Error: "the bot did not run"}, true
+			}
+		}
+	}
+	if out.Error != "" && out.Failed {
+		// Its sender is told to send it again: the resend is a new
+		// message, not a duplicate of this one, and the failed message
+		// written for it is not one to run again.
+		// It is deleted only once the AE is written: a sender that did not
+		// get it may not send the message again.
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if err := s.store.ForgetHit(ctx, seenKey(ch.agent, ch.name, m.ControlID())); err == nil {
+			if err := early(s.ackWith(m, "AE", "The bot failed ("+out.Error+"); send the message again", &hl7.AckError{Code: 207})); err != nil {
+				return nil
+			}
+			if out.Record != "" {
+				err := s.store.Delete(ctx, store.ProjectScope(project), "AsyncJob", out.Record, store.Write{Author: fhir.Reference{Reference: "Agent/" + ch.agent}})
+				if err != nil && !fhir.IsCode(err, fhir.ENotFound) && !fhir.IsCode(err, fhir.EGone) {
+					s.log.Warn("mllp: deleting a failed message answered AE", "record", out.Record, "err", err)
+				}
+			}
+			return []byte{}
+		}
+	}
+	if out.Error != "" {
+		return s.ackWith(m, "AE", "No ACK from the bot ("+out.Error+"); the message is kept", &hl7.AckError{Code: 207})
+	}
+	code := "AA"
+	if a, err := hl7.Parse([]byte(out.Ack)); err == nil {
+		code = a.Value("MSA-1")
+	}
+	s.metrics.messages.WithLabelValues(code).Inc()
+	return []byte(out.Ack)
+}
+
+// answered records what a run of an application-mode message answers its
+// sender, for the connection that waits for it, here or on another replica.
+func (s *Service) answered(ctx context.Context, job *jobs.Job, out appOutput) {
+	if err := jobs.RecordOutput(ctx, out); err != nil {
+		s.log.Warn("mllp: recording the bot's ACK", "err", err)
+	}
+	s.waitMu.Lock()
+	c := s.waiters[job.TaskID]
+	s.waitMu.Unlock()
+	if c != nil {
+		select {
+		case c <- out:
+		default:
+		}
+	}
+}
+
+// botAck is the HL7 acknowledgement a bot's result carries, or why it
+// carries none.
+func botAck(res *bots.Result, err error) appOutput {
+	switch {
+	case err != nil && (fhir.IsCode(err, fhir.EThrottled) || fhir.IsCode(err, fhir.EInternal) || fhir.IsCode(err, fhir.EUnavailable)):
+		// Not the bot's failure: its task runs again (Service.run).
+		return appOutput{Error: err.Error()}
+	case err != nil:
+		return appOutput{Error: err.Error(), Failed: true}
+	case res.Thrown:
+		return appOutput{Error: "it threw an error", Failed: true}
+	case res.Status >= 400:
+		return appOutput{Error: fmt.Sprintf("it answered %d", res.Status), Failed: true}
+	}
+	body := strings.TrimSpace(strings.ReplaceAll(string(res.Body), "\n", "\r"))
+	a, perr := hl7.Parse([]byte(body))
+	if len(res.Body) == 0 || perr != nil || !a.Header().Is("MSH") {
+		return appOutput{Error: "the bot's answer is not an HL7 message"}
+	}
+	return appOutput{Ack: string(a.Bytes())}
+}
+
+// seenKey is the deduplication counter of a channel's control id.
+func seenKey(agent, channel, control string) string {
+	return "hl7-seen " + agent + "/" + channel + " " + control
 }
 
 // ackCode is the acknowledgement code of kind ("A" accepted, "E" error, "R"
@@ -468,7 +699,11 @@ func ackCode(m *hl7.Message, kind string) string {
 
 // ack builds the acknowledgement of m of kind with an optional text and ERR.
 func (s *Service) ack(m *hl7.Message, kind, text string, e *hl7.AckError) []byte {
-	code := ackCode(m, kind)
+	return s.ackWith(m, ackCode(m, kind), text, e)
+}
+
+// ackWith builds the acknowledgement of m with code.
+func (s *Service) ackWith(m *hl7.Message, code, text string, e *hl7.AckError) []byte {
 	s.metrics.messages.WithLabelValues(code).Inc()
 	a, err := m.Ack(hl7.AckOptions{Code: code, Text: text, Err: e})
 	if err != nil {
@@ -526,8 +761,17 @@ func (s *Service) channel(ctx context.Context, l *listener) (*channel, error) {
 			if exts, ok := cm["extension"].([]any); ok {
 				for _, e := range exts {
 					em, _ := e.(map[string]any)
-					if em["url"] == PartitionKeyExtension {
+					switch em["url"] {
+					case PartitionKeyExtension:
 						found.partitionKey, _ = em["valueString"].(string)
+					case AckModeExtension:
+						switch mode, _ := em["valueCode"].(string); mode {
+						case AckApplication:
+							found.application = true
+						case AckCommit:
+						default:
+							return nil, fmt.Errorf("the channel's acknowledgement mode %q is neither %q nor %q", mode, AckCommit, AckApplication)
+						}
 					}
 				}
 			}
@@ -544,22 +788,56 @@ func (s *Service) channel(ctx context.Context, l *listener) (*channel, error) {
 
 // run runs a kept message's bot, as the Bot's own membership. A failure (a
 // timeout, a trap, a thrown error) is tried again, up to MaxAttempts; an
-// error the bot answered with its own status is final.
+// error the bot answered with its own status is final. A message given up
+// is written as a failed message (an AsyncJob) for the project's admins.
 func (s *Service) run(ctx context.Context, job *jobs.Job) error {
 	var t task
 	if err := json.Unmarshal(job.Payload, &t); err != nil {
 		return jobs.Permanent(err)
 	}
-	if job.Attempt == 1 {
+	if job.Attempt == 1 && t.Record == "" {
 		s.metrics.botStart.Observe(time.Since(t.Received).Seconds())
+	}
+	final := job.Attempt >= job.MaxAttempts
+	application := t.Mode == AckApplication
+	fail := func(err error, permanent bool) error {
+		if permanent || final {
+			s.metrics.outcomes.WithLabelValues("failed").Inc()
+			s.log.Warn("mllp: message's bot failed", "agent", t.Agent, "channel", t.Channel, "control", t.Control, "err", err)
+			if _, werr := s.failed(ctx, job, &t, err); werr != nil {
+				// Not written: the database failed; try the message again.
+				return werr
+			}
+			return jobs.Permanent(err)
+		}
+		s.metrics.outcomes.WithLabelValues("retried").Inc()
+		return err
+	}
+	// In application mode a failed run is not tried again: it is written
+	// as a failed message, then its answer goes to the connection, which
+	// deletes that record once it has told the sender AE (the sender owns
+	// the retry); a record whose connection never answered stays.
+	appFail := func(out appOutput) error {
+		s.metrics.outcomes.WithLabelValues("failed").Inc()
+		s.log.Warn("mllp: message's bot failed", "agent", t.Agent, "channel", t.Channel, "control", t.Control, "err", out.Error)
+		id, err := s.failed(ctx, job, &t, errors.New(out.Error))
+		if err != nil {
+			return err
+		}
+		out.Record = id
+		s.answered(ctx, job, out)
+		return jobs.Permanent(errors.New(out.Error))
 	}
 	caller, err := principal.ForUser(ctx, s.store, "Bot/"+t.Bot)
 	if err != nil {
 		return err
 	}
 	if caller == nil || caller.ProjectID != job.Project {
-		s.metrics.outcomes.WithLabelValues("failed").Inc()
-		return jobs.Permanent(fmt.Errorf("Bot/%s has no membership in the project", t.Bot))
+		err := fmt.Errorf("Bot/%s has no membership in the project", t.Bot)
+		if application {
+			return appFail(appOutput{Error: err.Error(), Failed: true})
+		}
+		return fail(err, true)
 	}
 	headers := map[string]string{
 		"content-type":          runtime.MediaHL7,
@@ -574,15 +852,12 @@ func (s *Service) run(ctx context.Context, job *jobs.Job) error {
 		ContentType: runtime.MediaHL7, Headers: headers, Trigger: bots.TriggerHL7, Entities: []string{"Agent/" + t.Agent},
 		Details: []bots.Detail{{Type: "channel", Value: t.Channel}, {Type: "MSH-10", Value: t.Control}, {Type: "ACK", Value: t.Ack},
 			{Type: "attempt", Value: strconv.Itoa(job.Attempt)}}})
-	final := job.Attempt >= job.MaxAttempts
-	fail := func(err error, permanent bool) error {
-		if permanent || final {
-			s.metrics.outcomes.WithLabelValues("failed").Inc()
-			s.log.Warn("mllp: message's bot failed", "agent", t.Agent, "channel", t.Channel, "control", t.Control, "err", err)
-			return jobs.Permanent(err)
+	if application && ctx.Err() == nil {
+		out := botAck(res, err)
+		if out.Failed {
+			return appFail(out)
 		}
-		s.metrics.outcomes.WithLabelValues("retried").Inc()
-		return err
+		s.answered(ctx, job, out)
 	}
 	switch {
 	case err == nil && res.Thrown:
@@ -591,6 +866,9 @@ func (s *Service) run(ctx context.Context, job *jobs.Job) error {
 		return fail(fhir.Errorf(fhir.EInvalid, "the bot answered %d", res.Status), true)
 	case err == nil:
 		s.metrics.outcomes.WithLabelValues("ok").Inc()
+		if t.Record != "" {
+			return s.rerunDone(ctx, t.Record)
+		}
 		return nil
 	case fhir.IsCode(err, fhir.EThrottled):
 		var fe *fhir.Error
@@ -625,11 +903,11 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	m := &metrics{
 		messages: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "sandbot_mllp_messages_total",
-			Help: "MLLP messages answered, by acknowledgement code (AA/CA kept, AE/CE not kept, AR/CR rejected).",
+			Help: "MLLP messages answered, by acknowledgement code (AA/CA kept, AE/CE not kept, AR/CR rejected; on an application-mode channel, the code of the bot's ACK, or AE).",
 		}, []string{"ack"}),
 		framing: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "sandbot_mllp_framing_errors_total",
-			Help: "MLLP framing events: garbage between frames, too_large messages, unterminated frames, timeout (idle or slow sender).",
+			Help: "MLLP framing events: garbage between frames, too_large messages, unterminated frames, timeout (idle or slow sender), tls (a failed TLS handshake).",
 		}, []string{"kind"}),
 		refused: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "sandbot_mllp_connections_refused_total",

@@ -27,6 +27,9 @@ func TestParseListeners(t *testing.T) {
 		":2575=p,:2575=q":     "given twice",
 		"=p":                  "ADDR=PROJECT",
 		":2575=p;not-a-cidr/": "not-a-cidr",
+		":2575=p;cert=a.pem":  "both cert= and key=",
+		":2575=p;ciphers=x":   "cert=, key= or clientca=",
+		":2575=p;cert=/nonexistent/c.pem;key=/nonexistent/k.pem": "no such file",
 	} {
 		if _, err := ParseListeners(in); err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("%q: %v, want %q", in, err, want)

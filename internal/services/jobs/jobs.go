@@ -69,6 +69,12 @@ const (
 // cancellation needs). AsyncJob has no identifier element.
 const riverJobExtension = "https://sandbot.dev/fhir/StructureDefinition/job-queue-id"
 
+// TaskExtension is the extension (valueString, the task's id) that links
+// an AsyncJob written by a task's owner (an HL7 message being run again)
+// to its task, as a job's AsyncJob is to its River job: an AsyncJob waiting
+// or running with it is not taken for one left by an earlier version.
+const TaskExtension = riverJobExtension
+
 // Outcome is what a job's handler produced: the AsyncJob's final status
 // (StatusCompleted or StatusError) and output (a Parameters resource).
 type Outcome struct {
@@ -117,6 +123,8 @@ type Job struct {
 	Attempt int
 	// MaxAttempts is how many starts a task may take (tasks.go).
 	MaxAttempts int
+	// TaskID is a task's id (EnqueueManyIDs, TaskState).
+	TaskID int64
 }
 
 // Handler runs a job of one kind. ctx is canceled when the job is

@@ -93,16 +93,23 @@ func (e *Engine) Enqueue(ctx context.Context, tx store.Store, t Task) error {
 // partitions' locks are taken in sorted order (two transactions never wait
 // for each other in a cycle), and each project's backlog is counted once.
 func (e *Engine) EnqueueMany(ctx context.Context, tx store.Store, tasks []Task) error {
+	_, err := e.EnqueueManyIDs(ctx, tx, tasks)
+	return err
+}
+
+// EnqueueManyIDs is EnqueueMany, answering the tasks' ids (Job.TaskID), in
+// their order, for TaskState.
+func (e *Engine) EnqueueManyIDs(ctx context.Context, tx store.Store, tasks []Task) ([]int64, error) {
 	if len(tasks) == 0 {
-		return nil
+		return nil, nil
 	}
 	client, err := e.clientFor(ctx)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	sqlTx, ok := sqlstore.TxOf(tx)
 	if !ok {
-		return errors.New("jobs: Enqueue outside a transaction of the store")
+		return nil, errors.New("jobs: Enqueue outside a transaction of the store")
 	}
 	// Tasks of a partition are inserted one transaction at a time, so that
 	// their ids are in commit order.
@@ -116,7 +123,7 @@ func (e *Engine) EnqueueMany(ctx context.Context, tx store.Store, tasks []Task) 
 	for i, p := range parts {
 		if i == 0 || p != parts[i-1] {
 			if err := tx.Lock(ctx, "task-partition "+p); err != nil {
-				return err
+				return nil, err
 			}
 		}
 	}
@@ -127,13 +134,13 @@ func (e *Engine) EnqueueMany(ctx context.Context, tx store.Store, tasks []Task) 
 	for _, t := range tasks {
 		reg, ok := e.handlers[t.Kind]
 		if !ok {
-			return fmt.Errorf("jobs: no handler of %q", t.Kind)
+			return nil, fmt.Errorf("jobs: no handler of %q", t.Kind)
 		}
 		k := qp{reg.queue, t.Project}
 		n, ok := backlogs[k]
 		if !ok {
 			if n, err = e.backlog(ctx, sqlTx, reg.queue, t.Project, priorityLimit(e.cfg.Workers)); err != nil {
-				return err
+				return nil, err
 			}
 		}
 		backlogs[k] = n + 1
@@ -156,14 +163,44 @@ func (e *Engine) EnqueueMany(ctx context.Context, tx store.Store, tasks []Task) 
 			Args: args{K: t.Kind, Project: t.Project, Payload: t.Payload, Partition: t.Partition}, InsertOpts: opts})
 		queues = append(queues, reg.queue)
 	}
-	if _, err := client.InsertManyTx(ctx, sqlTx, params); err != nil {
-		return err
+	res, err := client.InsertManyTx(ctx, sqlTx, params)
+	if err != nil {
+		return nil, err
 	}
 	for _, q := range queues {
 		e.metrics.submitted.WithLabelValues(q).Inc()
 	}
-	return nil
+	ids := make([]int64, len(res))
+	for i, r := range res {
+		ids[i] = r.Job.ID
+	}
+	return ids, nil
 }
+
+// TaskState is what became of a task: its state ("available", "running",
+// "retryable", "completed", "cancelled", "discarded", ...), the attempts
+// started, and the output its function recorded (RecordOutput), if any.
+// A task that no longer exists (River deletes ended tasks after a
+// retention time) is state "".
+func (e *Engine) TaskState(ctx context.Context, id int64) (state string, attempt int, output json.RawMessage, err error) {
+	client, err := e.clientFor(ctx)
+	if err != nil {
+		return "", 0, nil, err
+	}
+	row, err := client.JobGet(ctx, id)
+	if errors.Is(err, river.ErrNotFound) {
+		return "", 0, nil, nil
+	}
+	if err != nil {
+		return "", 0, nil, err
+	}
+	return string(row.State), row.Attempt, row.Output(), nil
+}
+
+// RecordOutput records v (JSON) as the output of the task whose function
+// is running with ctx; TaskState reads it, on any process, once the
+// attempt has ended.
+func RecordOutput(ctx context.Context, v any) error { return river.RecordOutput(ctx, v) }
 
 // taskWorker runs the tasks of one kind.
 type taskWorker struct {
@@ -207,7 +244,7 @@ func (w *taskWorker) Work(ctx context.Context, rj *river.Job[args]) error {
 	e.metrics.running.WithLabelValues(w.queue).Inc()
 	defer e.metrics.running.WithLabelValues(w.queue).Dec()
 	job := &Job{Project: rj.Args.Project, Kind: rj.Args.K, Payload: rj.Args.Payload, Attempt: rj.Attempt,
-		MaxAttempts: rj.MaxAttempts}
+		MaxAttempts: rj.MaxAttempts, TaskID: rj.ID}
 	err := w.fn(ctx, job)
 	var retry *RetryError
 	var permanent *permanentError
