@@ -26,12 +26,7 @@ import (
 func TestAuditWriterWaitsRatherThanDrops(t *testing.T) {
 	for _, be := range storetest.Backends(t) {
 		t.Run(be.Name, func(t *testing.T) {
-			ctx := context.Background()
-			st, err := sqlstore.Open(ctx, be.NewURL(t), sqlstore.Options{Migrate: true})
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer st.Close()
+			st := openTestStore(t, be)
 			m := newMetrics(prometheus.NewRegistry())
 			// A queue of one: nearly every event finds it full.
 			a := newAuditWriter(st, nil, slog.New(slog.NewTextHandler(io.Discard, nil)), m, 1)
@@ -56,11 +51,7 @@ func TestAuditWriterWaitsRatherThanDrops(t *testing.T) {
 			if testutil.ToFloat64(m.auditWaits) == 0 {
 				t.Fatal("no execution waited for room: the test did not fill the queue")
 			}
-			got, err := store.SearchResources(ctx, st, store.ProjectScope("p1"), "AuditEvent", "_count=1000")
-			if err != nil {
-				t.Fatal(err)
-			}
-			if len(got) != writers*each {
+			if got := auditEvents(t, st, "p1"); len(got) != writers*each {
 				t.Fatalf("%d AuditEvents written, want %d", len(got), writers*each)
 			}
 		})
