@@ -1,9 +1,14 @@
 package fhirapi_test
 
 import (
+	"bufio"
 	"context"
 	"fmt"
 	"net"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -21,7 +26,10 @@ import (
 // writes without waiting for each ACK). The channel's bot is a trivial
 // JavaScript bot, which runs in the background meanwhile (partitioned per
 // patient, 50 patients); the feed-only runs stop the job workers first.
-// Report: msgs/s.
+// Report: msgs/s. In the same run, the peer: @medplum/hl7's Hl7Server
+// (compat/hl7-peer.mjs, the reference's own listener) answering AA from
+// memory, driven by the same client (skipped without node or compat's
+// packages).
 //
 //	go test ./internal/handlers/fhirapi -run XXX -bench BenchmarkHL7Feed -benchtime 3000x
 func BenchmarkHL7Feed(b *testing.B) {
@@ -32,46 +40,7 @@ func BenchmarkHL7Feed(b *testing.B) {
 		// A trivial bot: the figure is the feed's.
 		deployJSCode(b, f.c, f.bot, "hl7-recorder", "exports.handler = async (medplum, event) => event.input.buildAck();")
 		run := func(name string, conns int, pipelined bool) {
-			b.Run(backend.Name+"/"+name, func(b *testing.B) {
-				per := max(b.N/conns, 1)
-				var wg sync.WaitGroup
-				start := time.Now()
-				for c := range conns {
-					wg.Add(1)
-					go func() {
-						defer wg.Done()
-						conn, err := net.Dial("tcp", f.addr)
-						if err != nil {
-							b.Error(err)
-							return
-						}
-						defer conn.Close()
-						r := mllp.NewReader(conn, 1<<20)
-						frame := func(i int) []byte {
-							return mllp.Frame(adt(fmt.Sprintf("%s-%s-%d-%d", name, uuid.NewString()[:8], c, i), fmt.Sprintf("PAT%d", i%50)))
-						}
-						if pipelined {
-							go func() {
-								for i := range per {
-									conn.Write(frame(i))
-								}
-							}()
-						}
-						for i := range per {
-							if !pipelined {
-								conn.Write(frame(i))
-							}
-							ack, err := r.ReadFrame()
-							if err != nil || len(ack) < 10 {
-								b.Errorf("ack %d: %v", i, err)
-								return
-							}
-						}
-					}()
-				}
-				wg.Wait()
-				b.ReportMetric(float64(per*conns)/time.Since(start).Seconds(), "msgs/s")
-			})
+			b.Run(backend.Name+"/"+name, func(b *testing.B) { driveMLLP(b, f.addr, name, conns, pipelined) })
 		}
 		run("1conn", 1, false)
 		run("10conns", 10, false)
@@ -83,4 +52,92 @@ func BenchmarkHL7Feed(b *testing.B) {
 		run("feed-only/10conns", 10, false)
 		run("feed-only/1conn-pipelined", 1, true)
 	}
+	peer := startHl7ServerPeer(b)
+	if peer == "" {
+		return
+	}
+	for _, c := range []struct {
+		name      string
+		conns     int
+		pipelined bool
+	}{{"1conn", 1, false}, {"10conns", 10, false}, {"1conn-pipelined", 1, true}} {
+		b.Run("peer-Hl7Server/"+c.name, func(b *testing.B) { driveMLLP(b, peer, c.name, c.conns, c.pipelined) })
+	}
+}
+
+// startHl7ServerPeer starts compat/hl7-peer.mjs on a free port and returns
+// its address, or "" (the peer skipped) without node or compat's packages.
+func startHl7ServerPeer(b *testing.B) string {
+	if _, err := exec.LookPath("node"); err != nil {
+		b.Log("no node: the Hl7Server peer is skipped")
+		return ""
+	}
+	if _, err := os.Stat("../../../compat/node_modules/@medplum/hl7"); err != nil {
+		b.Log("compat's packages are not installed (make test installs them): the Hl7Server peer is skipped")
+		return ""
+	}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	port := strconv.Itoa(l.Addr().(*net.TCPAddr).Port)
+	l.Close()
+	cmd := exec.Command("node", "../../../compat/hl7-peer.mjs", port)
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	line, err := bufio.NewReader(out).ReadString('\n')
+	if err != nil || strings.TrimSpace(line) != "listening" {
+		b.Fatalf("hl7-peer.mjs: %q %v", line, err)
+	}
+	return "127.0.0.1:" + port
+}
+
+// driveMLLP sends b.N ADT^A01 messages to addr over conns connections, each
+// waiting for every ACK (or, pipelined, writing without waiting), and
+// reports msgs/s.
+func driveMLLP(b *testing.B, addr, name string, conns int, pipelined bool) {
+	per := max(b.N/conns, 1)
+	var wg sync.WaitGroup
+	start := time.Now()
+	for c := range conns {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			conn, err := net.Dial("tcp", addr)
+			if err != nil {
+				b.Error(err)
+				return
+			}
+			defer conn.Close()
+			r := mllp.NewReader(conn, 1<<20)
+			frame := func(i int) []byte {
+				return mllp.Frame(adt(fmt.Sprintf("%s-%s-%d-%d", name, uuid.NewString()[:8], c, i), fmt.Sprintf("PAT%d", i%50)))
+			}
+			if pipelined {
+				go func() {
+					for i := range per {
+						conn.Write(frame(i))
+					}
+				}()
+			}
+			for i := range per {
+				if !pipelined {
+					conn.Write(frame(i))
+				}
+				ack, err := r.ReadFrame()
+				if err != nil || len(ack) < 10 {
+					b.Errorf("ack %d: %v", i, err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	b.ReportMetric(float64(per*conns)/time.Since(start).Seconds(), "msgs/s")
 }
