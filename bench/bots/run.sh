@@ -75,6 +75,8 @@ PY
     done
   done
   kill "$FLOOR"
+  # Were the AuditEvents kept? (dropped, or executions that waited for the writer)
+  curl -s http://127.0.0.1:19110/metrics | grep -E '^sandbot_bot_audit_(events_dropped|queue_full|journal_failures)' || true
   exit 0
 fi
 TRIVIAL_JS=$(deploy_js trivial-js 'exports.handler = async function handler(medplum, event) { return { ok: true }; };')
