@@ -171,7 +171,7 @@ func TestSearchParameterCoverage(t *testing.T) {
 	for _, r := range s.All("SearchParameter") {
 		var sp struct {
 			URL, Type, Code string
-			Base      []string
+			Base            []string
 		}
 		json.Unmarshal(r.JSON, &sp)
 		set := "medplum"
