@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/sandbot/sandbot/fhir"
+	"github.com/sandbot/sandbot/fhir/definitions"
 	"github.com/sandbot/sandbot/internal/principal"
 )
 
@@ -84,7 +85,11 @@ func (s *Service) Validate(ctx context.Context, p *principal.Principal, req Vali
 		issues = append(issues, fhir.Issue{Severity: "error", Code: "invalid",
 			Details: &fhir.IssueDetails{Text: "Incorrect resource ID"}, Expression: []string{res.Type() + ".id"}})
 	}
-	issues = append(issues, fhir.Validate(res)...)
+	more, err := validation(p, res)
+	if err != nil {
+		return nil, err
+	}
+	issues = append(issues, more...)
 	if len(issues) == 0 {
 		return fhir.AllOK(), nil
 	}
@@ -129,4 +134,37 @@ func validateBody(body []byte, mode string) (fhir.Resource, string, error) {
 		return res, mode, nil
 	}
 	return inner, mode, nil
+}
+
+// strict reports whether the caller's project is in strictMode: its writes
+// are checked against required bindings and meta.profile too (decision 51).
+// The server's own principals (no project resource) are not.
+func strict(p *principal.Principal) bool {
+	on, _ := p.Project["strictMode"].(bool)
+	return on
+}
+
+// validation is the check of every write (decision 44), with the strict
+// checks in a project in strictMode; $validate answers the same.
+func validation(p *principal.Principal, res fhir.Resource) ([]fhir.Issue, error) {
+	if !strict(p) {
+		return fhir.Validate(res), nil
+	}
+	set, err := definitions.Load()
+	if err != nil {
+		return nil, err
+	}
+	return fhir.ValidateStrict(res, set), nil
+}
+
+// checkValid is validation as the error of a write.
+func checkValid(p *principal.Principal, res fhir.Resource) error {
+	issues, err := validation(p, res)
+	if err != nil {
+		return err
+	}
+	if len(issues) > 0 {
+		return fhir.ValidationError(issues)
+	}
+	return nil
 }
