@@ -60,7 +60,9 @@ const maxValidationDepth = 64
 // JSON shape of every element (object, array, primitive), primitive types
 // and formats, cardinality (required elements, one value where max is 1),
 // choice types (one type per choice), contained resources recursively,
-// primitive extensions (_birthDate) and extensions. It returns one issue
+// primitive extensions (_birthDate) and extensions, and the type a relative
+// Reference ("Type/id") names. ValidateStrict adds required bindings and
+// meta.profile. It returns one issue
 // per error, each naming the element in expression (Patient.name[0].given),
 // none when the resource is valid.
 func Validate(res Resource) []Issue {

@@ -24,13 +24,15 @@ type ValidateRequest struct {
 	Mode, Profile string
 }
 
-// Validate answers $validate: the checks every write runs (fhir.Validate),
-// as an OperationOutcome, nothing written. A valid resource answers "All
+// Validate answers $validate: the checks every write runs (fhir.Validate,
+// and fhir.ValidateStrict's in a project in strictMode: validation), as an
+// OperationOutcome, nothing written. A valid resource answers "All
 // OK"; an invalid one one issue per error. mode "create" (the default at
 // the type level) and "update" (the default at the instance level, where
 // the body's id must be the path's) check the body; "delete" only checks
-// that the resource exists and p may see it. profile is accepted and not
-// checked (profiles are not enforced, decision 44).
+// that the resource exists and p may see it. The profile parameter is
+// accepted and not checked; the body's meta.profile is, in strictMode
+// (decision 51).
 func (s *Service) Validate(ctx context.Context, p *principal.Principal, req ValidateRequest) (*fhir.OperationOutcome, error) {
 	if err := Authorize(p, req.Type, OpRead); err != nil {
 		return nil, err
