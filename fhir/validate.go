@@ -417,18 +417,28 @@ func (v *validator) profiles(rt string, obj map[string]any) {
 	mark := len(v.path)
 	for i, p := range list {
 		url, _ := p.(string)
-		url, _, _ = strings.Cut(url, "|")
-		if profileTypes[url] == rt {
-			continue
-		}
-		v.path = append(append(append(v.path[:mark], ".meta.profile["...), strconv.Itoa(i)...), ']')
-		if t, ok := profileTypes[url]; ok {
-			v.fail("invalid", "Profile "+url+" is a profile of "+t+", not "+rt)
-		} else {
-			v.fail("not-supported", "Unknown profile "+url+": in strict mode a profile must be one the server has (the definition of "+rt+")")
+		if is := ProfileIssue(rt, url); is != nil {
+			v.path = append(append(append(v.path[:mark], ".meta.profile["...), strconv.Itoa(i)...), ']')
+			v.fail(is.Code, is.Details.Text)
 		}
 	}
 	v.path = v.path[:mark]
+}
+
+// ProfileIssue is the error of a profile (a canonical url, possibly with
+// "|version") claimed by a resource of type rt in strict mode: nil when it
+// is the definition of rt, the only profiles the server has.
+func ProfileIssue(rt, url string) *Issue {
+	url, _, _ = strings.Cut(url, "|")
+	t, ok := profileTypes[url]
+	switch {
+	case ok && t == rt:
+		return nil
+	case ok:
+		return &Issue{Severity: "error", Code: "invalid", Details: &IssueDetails{Text: "Profile " + url + " is a profile of " + t + ", not " + rt}}
+	}
+	return &Issue{Severity: "error", Code: "not-supported",
+		Details: &IssueDetails{Text: "Unknown profile " + url + ": in strict mode a profile must be one the server has (the definition of " + rt + ")"}}
 }
 
 // value checks one value of a type at v.path.

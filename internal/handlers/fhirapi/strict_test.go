@@ -75,6 +75,27 @@ func TestStrictModeBindingsAndProfiles(t *testing.T) {
 				t.Errorf("strict, valid %s: %d %s", body, r.Status, r.Body)
 			}
 		}
+		// $validate's profile parameter is checked as a meta.profile in
+		// strict mode, in the query or in a Parameters body.
+		const unknown = "http://example.org/StructureDefinition/my-patient"
+		params := map[string]any{"resourceType": "Parameters", "parameter": []any{
+			map[string]any{"name": "resource", "resource": map[string]any{"resourceType": "Patient"}},
+			map[string]any{"name": "profile", "valueCanonical": unknown}}}
+		for name, r := range map[string]*servertest.Response{
+			"query":      strict.Do("POST", "fhir/R4/Patient/$validate?profile="+unknown, `{"resourceType":"Patient"}`, ""),
+			"Parameters": strict.Do("POST", "fhir/R4/Patient/$validate", params, ""),
+		} {
+			if r.Status != 200 || !hasIssue(issuesOf(t, r), "profile", "Unknown profile "+unknown) {
+				t.Errorf("strict $validate with a profile in the %s: %d %s", name, r.Status, r.Body)
+			}
+		}
+		if r := strict.Do("POST", "fhir/R4/Patient/$validate?profile=http://hl7.org/fhir/StructureDefinition/Patient", `{"resourceType":"Patient"}`, ""); r.Status != 200 || len(issuesOf(t, r)) != 1 || issuesOf(t, r)[0].Severity != "information" {
+			t.Errorf("strict $validate with the type's profile: %d %s", r.Status, r.Body)
+		}
+		if r := lax.Do("POST", "fhir/R4/Patient/$validate", params, ""); r.Status != 200 || issuesOf(t, r)[0].Severity != "information" {
+			t.Errorf("lax $validate with a profile: %d %s", r.Status, r.Body)
+		}
+
 		// An update and a transaction entry are checked the same way.
 		id := strict.Create(map[string]any{"resourceType": "Patient", "gender": "male"})["id"].(string)
 		r := strict.Do("PUT", "fhir/R4/Patient/"+id, map[string]any{"resourceType": "Patient", "id": id, "gender": "robot"}, "")
