@@ -3,6 +3,7 @@ package fhir
 import (
 	"encoding/json"
 	"math"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -18,6 +19,9 @@ const (
 	StringIndex                  // strings: normalised and exact
 	DateIndex                    // date ranges [Lo, Hi)
 	NumberIndex                  // numbers and quantities: [Num, NumHi] with a unit (System, Value)
+	// CompositeIndex is a composite parameter's kind: it has no rows of its
+	// own, its components' rows are in the tables of their kinds.
+	CompositeIndex
 )
 
 // IndexValue is one searchable value extracted from a resource. A
@@ -32,6 +36,10 @@ type IndexValue struct {
 	// Num and NumHi bound a number or quantity: equal for a single value,
 	// the ends of a Range (±Inf when open).
 	Num, NumHi float64
+	// Group numbers, from 1, the element a composite parameter's component
+	// value comes from: the values of one element share it. 0 on the values
+	// of other parameters.
+	Group int
 }
 
 // KindOf is the index kind of a parameter type.
@@ -43,6 +51,8 @@ func KindOf(t ParamType) IndexKind {
 		return DateIndex
 	case NumberParam, QuantityParam:
 		return NumberIndex
+	case CompositeParam:
+		return CompositeIndex
 	default:
 		return TokenIndex
 	}
@@ -82,6 +92,10 @@ func NormalizeString(s string) string { return strings.ToLower(strings.TrimSpace
 func Extract(r Resource) []IndexValue {
 	var out []IndexValue
 	for _, p := range IndexedParams(r.Type()) {
+		if p.Type == CompositeParam {
+			out = appendComposite(out, r, p)
+			continue
+		}
 		var seen map[IndexValue]bool
 		nodes := p.path.Eval(r)
 		if p.Single && len(nodes) > 1 {
@@ -102,6 +116,47 @@ func Extract(r Resource) []IndexValue {
 					seen = map[IndexValue]bool{}
 				}
 				seen[v] = true
+				out = append(out, v)
+			}
+		}
+	}
+	return out
+}
+
+// appendComposite appends the component values of a composite parameter,
+// element by element: an element gives rows only when every component has a
+// value there, and each row carries the element's number.
+func appendComposite(out []IndexValue, r Resource, p *SearchParam) []IndexValue {
+	nodes := p.path.Eval(r)
+	if len(nodes) > MaxCompositeElements {
+		nodes = nodes[:MaxCompositeElements]
+	}
+	group := 0
+	var parts [][]IndexValue
+	for _, node := range nodes {
+		parts = parts[:0]
+		for _, c := range p.Components {
+			var vals []IndexValue
+			for _, n := range c.path.EvalOn(node) {
+				for _, v := range valuesOf(c, n) {
+					v.Code, v.Kind = c.Code, KindOf(c.Type)
+					if v, ok := boundValue(v); ok && !slices.Contains(vals, v) {
+						vals = append(vals, v)
+					}
+				}
+			}
+			if len(vals) == 0 {
+				break
+			}
+			parts = append(parts, vals)
+		}
+		if len(parts) < len(p.Components) {
+			continue
+		}
+		group++
+		for _, vals := range parts {
+			for _, v := range vals {
+				v.Group = group
 				out = append(out, v)
 			}
 		}

@@ -464,6 +464,23 @@ func (e *PathExpr) Eval(r Resource) []any {
 	return out
 }
 
+// EvalOn evaluates the expression on any node of a resource (an element
+// of a composite search parameter: its components' expressions are
+// relative to it).
+func (e *PathExpr) EvalOn(node any) []any {
+	if r, ok := node.(map[string]any); ok {
+		if _, isResource := r["resourceType"]; isResource {
+			return e.Eval(Resource(r))
+		}
+	}
+	items := evalPath(e.root, []pathItem{{v: node}}, nil)
+	out := make([]any, 0, len(items))
+	for _, it := range items {
+		out = append(out, it.v)
+	}
+	return out
+}
+
 // typedItems is Eval keeping the choice types (for extraction of Range and
 // Period values, which need no type, this is only used in tests).
 func (e *PathExpr) evalItems(r Resource) []pathItem {

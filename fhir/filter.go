@@ -224,6 +224,9 @@ func filterComparison(resourceType, name, op, value string) (*FilterExpr, error)
 		}
 		return wrap(inner.Filter), nil
 	}
+	if p.Type == CompositeParam {
+		return nil, Invalid("Composite parameter "+p.Code+" is not supported in _filter: use it as a search parameter", "_filter")
+	}
 	unsupported := Invalid("Unsupported _filter operator "+op+" for "+string(p.Type.FHIRType())+" parameter "+p.Code, "_filter")
 	f := &Filter{Param: p}
 	negate := false

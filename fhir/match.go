@@ -74,6 +74,9 @@ func matchFilter(f Filter, r Resource, values []IndexValue) (bool, error) {
 	if f.Param.Column != "" {
 		return matchColumn(f, r), nil
 	}
+	if f.Param.Type == CompositeParam {
+		return matchComposite(f, values), nil
+	}
 	var own []IndexValue
 	for _, v := range values {
 		if v.Code == f.Param.Code {
@@ -95,6 +98,45 @@ func matchFilter(f Filter, r Resource, values []IndexValue) (bool, error) {
 		return !found, nil
 	}
 	return found, nil
+}
+
+// matchComposite reports whether one element (one Group of the
+// components' values) matches every part of one of the filter's values.
+func matchComposite(f Filter, values []IndexValue) bool {
+	for _, q := range f.Values {
+		// groups[g] counts the parts element g matched.
+		groups := map[int]int{}
+		for i, c := range f.Param.Components {
+			cf := Filter{Param: c}
+			for g := range groupsOf(values, c.Code) {
+				if groups[g] != i {
+					continue
+				}
+				for _, v := range values {
+					if v.Code == c.Code && v.Group == g && matchValue(cf, q.Components[i], v) {
+						groups[g]++
+						break
+					}
+				}
+			}
+		}
+		for _, n := range groups {
+			if n == len(f.Param.Components) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+func groupsOf(values []IndexValue, code string) map[int]bool {
+	out := map[int]bool{}
+	for _, v := range values {
+		if v.Code == code {
+			out[v.Group] = true
+		}
+	}
+	return out
 }
 
 func matchColumn(f Filter, r Resource) bool {

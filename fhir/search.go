@@ -190,6 +190,10 @@ type FilterValue struct {
 	// Num is a number or quantity value; NumLo and NumHi the range its
 	// precision denotes ("100" is [99.5, 100.5)).
 	Num, NumLo, NumHi float64
+	// Components are the parts of a composite parameter's value, one per
+	// component of the parameter (SearchParam.Components), all to be
+	// matched by the values of one element.
+	Components []FilterValue
 }
 
 // SortRule is one _sort key: a resource row column or a parameter.
@@ -305,7 +309,7 @@ func (req *SearchRequest) add(name, value string) error {
 			desc := strings.HasPrefix(key, "-")
 			key = strings.TrimPrefix(key, "-")
 			p := LookupParam(req.ResourceType, key)
-			if p == nil || (p.Column != "" && p.Column != "id" && p.Column != "last_updated") {
+			if p == nil || (p.Column != "" && p.Column != "id" && p.Column != "last_updated") || p.Type == CompositeParam {
 				return Invalid("Unsupported sort parameter: "+key, "_sort")
 			}
 			if len(req.Sort) >= 8 {
@@ -389,6 +393,9 @@ func parseFilter(resourceType, name, value string, chain bool) (Filter, error) {
 	if err := checkModifier(p, modifier); err != nil {
 		return Filter{}, err
 	}
+	if p.Type == CompositeParam {
+		return parseComposite(f, value)
+	}
 	raws := splitOr(value)
 	if len(raws) > MaxOrValues {
 		return Filter{}, Invalid("Too many values for search parameter "+code+" (max "+strconv.Itoa(MaxOrValues)+")", code)
@@ -403,7 +410,58 @@ func parseFilter(resourceType, name, value string, chain bool) (Filter, error) {
 	return f, nil
 }
 
+// parseComposite parses the values of a composite parameter: each OR-ed
+// value has one part per component, separated by "$" ("\$" is a dollar
+// inside a part), each part a value of its component's type.
+func parseComposite(f Filter, value string) (Filter, error) {
+	p := f.Param
+	raws := splitKeep(value, ',')
+	if len(raws) > MaxOrValues {
+		return Filter{}, Invalid("Too many values for search parameter "+p.Code+" (max "+strconv.Itoa(MaxOrValues)+")", p.Code)
+	}
+	for _, raw := range raws {
+		parts := splitKeep(raw, '$')
+		if len(parts) != len(p.Components) {
+			return Filter{}, Invalid("Invalid value for composite search parameter "+p.Code+": "+raw+" (want "+
+				strconv.Itoa(len(p.Components))+" parts separated by $)", p.Code)
+		}
+		v := FilterValue{Raw: raw}
+		for i, part := range parts {
+			cv, err := ParseValue(p.Components[i], "", splitOr(part)[0])
+			if err != nil {
+				return Filter{}, Invalid("Invalid value for composite search parameter "+p.Code+": "+raw+" ("+err.Error()+")", p.Code)
+			}
+			if cv.Raw == "" {
+				return Filter{}, Invalid("Invalid value for composite search parameter "+p.Code+": "+raw+" (an empty part)", p.Code)
+			}
+			v.Components = append(v.Components, cv)
+		}
+		f.Values = append(f.Values, v)
+	}
+	return f, nil
+}
+
+// splitKeep splits on a separator not escaped with a backslash, keeping
+// the escapes in the parts.
+func splitKeep(s string, sep byte) []string {
+	var out []string
+	start := 0
+	for i := 0; i < len(s); i++ {
+		switch {
+		case s[i] == '\\':
+			i++
+		case s[i] == sep:
+			out = append(out, s[start:i])
+			start = i + 1
+		}
+	}
+	return append(out, s[start:])
+}
+
 func checkModifier(p *SearchParam, modifier string) error {
+	if p.Type == CompositeParam && modifier != "" {
+		return Invalid("Unsupported modifier :" + modifier + " for composite search parameter " + p.Code)
+	}
 	ok := false
 	switch modifier {
 	case "", "missing":
@@ -620,6 +678,10 @@ func (f Filter) queryPart() (string, string) {
 	}
 	vals := make([]string, len(f.Values))
 	for i, v := range f.Values {
+		if f.Param.Type == CompositeParam {
+			vals[i] = v.Raw // as given, its escapes kept (parseComposite)
+			continue
+		}
 		vals[i] = strings.ReplaceAll(strings.ReplaceAll(v.Raw, `\`, `\\`), ",", `\,`)
 	}
 	return name, strings.Join(vals, ",")

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"sort"
+	"strconv"
 	"strings"
 )
 
@@ -15,8 +16,8 @@ import (
 // indexed and compared.
 type ParamType string
 
-// Supported search parameter types. Composite and special parameters are
-// not in the table.
+// Supported search parameter types. Special parameters are not in the
+// table.
 const (
 	TokenParam     ParamType = "token"     // system|code; indexed as (system, value)
 	StringParam    ParamType = "string"    // prefix match, case-insensitive; :exact, :contains
@@ -26,6 +27,9 @@ const (
 	NumberParam    ParamType = "number"    // decimal with implicit precision and prefixes
 	QuantityParam  ParamType = "quantity"  // number|system|code
 	URIParam       ParamType = "uri"       // exact; :below is a prefix
+	// CompositeParam pairs the values of its components within one element
+	// (code$value): see SearchParam.Components.
+	CompositeParam ParamType = "composite"
 )
 
 // FHIRType is the type a parameter has in FHIR (a boolean parameter is a
@@ -55,7 +59,23 @@ type SearchParamDef struct {
 	// (a code or boolean element, a reference's type): the store keeps the
 	// number of resources of each value, so that totals need no count.
 	Counted bool
+	// Components are a composite parameter's parts, in order: each is
+	// evaluated on every element the parameter's Expression gives.
+	Components []ComponentDef
 }
+
+// ComponentDef is one part of a composite parameter: the type of the
+// parameter its definition names, and its expression relative to the
+// composite's element ("value.ofType(Quantity)").
+type ComponentDef struct {
+	Type       ParamType
+	Expression string
+}
+
+// MaxCompositeElements bounds the elements of one resource a composite
+// parameter indexes (an Observation's components): the rows past it are
+// not written, as tokens longer than MaxIndexedValue are not.
+const MaxCompositeElements = 100
 
 // SearchParam is one search parameter of one resource type: the part of a
 // definition's expression that applies to that type, compiled.
@@ -78,6 +98,13 @@ type SearchParam struct {
 	// Counted is set when the store keeps the number of resources of each
 	// value (see SearchParamDef.Counted).
 	Counted bool
+	// Components are the parts of a composite parameter, each a parameter
+	// of its own type whose Code is the composite's with "$" and its
+	// position ("code-value-quantity$1") and whose expression is evaluated
+	// on one element of the composite. Their index rows carry the element's
+	// number (IndexValue.Group), so that a search pairs values of one
+	// element only. They are not searchable by themselves.
+	Components []*SearchParam
 
 	path *PathExpr
 }
@@ -147,6 +174,19 @@ func buildParamIndex(defs []SearchParamDef) (map[string]map[string]*SearchParam,
 				types = append(types, b)
 			}
 		}
+		var comps []*PathExpr
+		for _, c := range d.Components {
+			if err != nil {
+				break
+			}
+			var ce *PathExpr
+			ce, err = ParsePath(c.Expression)
+			comps = append(comps, ce)
+		}
+		if err != nil {
+			skipped = append(skipped, SkippedParam{Code: d.Code, Base: strings.Join(d.Base, ","), Expression: d.Expression, Reason: err.Error()})
+			continue
+		}
 		for _, t := range types {
 			if idx[t] == nil {
 				idx[t] = map[string]*SearchParam{}
@@ -154,8 +194,13 @@ func buildParamIndex(defs []SearchParamDef) (map[string]map[string]*SearchParam,
 			if prev := idx[t][d.Code]; prev != nil && prev.URL != d.URL && isBaseDef(d) {
 				continue // a type's own definition wins over Resource's
 			}
-			idx[t][d.Code] = &SearchParam{Code: d.Code, Type: d.Type, ResourceType: t, Expression: d.Expression,
+			p := &SearchParam{Code: d.Code, Type: d.Type, ResourceType: t, Expression: d.Expression,
 				Target: d.Target, URL: d.URL, Column: columnParams[d.Code], Single: d.Single, Counted: d.Counted, path: expr}
+			for i, c := range d.Components {
+				p.Components = append(p.Components, &SearchParam{Code: d.Code + "$" + strconv.Itoa(i), Type: c.Type,
+					ResourceType: t, Expression: c.Expression, path: comps[i]})
+			}
+			idx[t][d.Code] = p
 		}
 	}
 	return idx, skipped
@@ -193,13 +238,13 @@ func SearchParamsSkipped() []SkippedParam { return skippedParams }
 // extractVersion is bumped whenever Extract gives other values for the same
 // table (a change of the FHIRPath evaluation or of how values are indexed):
 // the stores then rebuild their index.
-const extractVersion = "3"
+const extractVersion = "4"
 
 var searchIndexVersion = func() string {
 	h := sha256.New()
 	io.WriteString(h, extractVersion)
 	for _, d := range append(append([]SearchParamDef{}, searchParamDefs...), serverParamDefs...) {
-		fmt.Fprintf(h, "\n%s %s %s %v %q %v %v %v", d.URL, d.Code, d.Type, d.Base, d.Expression, d.Target, d.Single, d.Counted)
+		fmt.Fprintf(h, "\n%s %s %s %v %q %v %v %v %v", d.URL, d.Code, d.Type, d.Base, d.Expression, d.Target, d.Single, d.Counted, d.Components)
 	}
 	names := make([]string, 0, len(choiceElements))
 	for n := range choiceElements {

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"math"
 	"regexp"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -31,6 +32,12 @@ type element struct {
 	Array bool
 	// Choice is the group name of a choice element ("value").
 	Choice string
+	// Binding is the ValueSet url of a required binding of a code, Coding
+	// or CodeableConcept element (checked in strict mode, ValidateStrict).
+	Binding string
+	// Targets are the resource types a Reference element may point to
+	// (none: any resource).
+	Targets []string
 }
 
 // primitiveElement is the structure of a primitive's _ sibling (Element is
@@ -53,11 +60,44 @@ const maxValidationDepth = 64
 // JSON shape of every element (object, array, primitive), primitive types
 // and formats, cardinality (required elements, one value where max is 1),
 // choice types (one type per choice), contained resources recursively,
-// primitive extensions (_birthDate) and extensions. It returns one issue
+// primitive extensions (_birthDate) and extensions, and the type a relative
+// Reference ("Type/id") names. ValidateStrict adds required bindings and
+// meta.profile. It returns one issue
 // per error, each naming the element in expression (Patient.name[0].given),
 // none when the resource is valid.
 func Validate(res Resource) []Issue {
-	v := validator{path: make([]byte, 0, 64)}
+	return validate(res, nil)
+}
+
+// Terminology tells whether a code is in a ValueSet, for the required
+// bindings strict validation checks. known is false when it cannot tell (a
+// ValueSet it cannot expand completely, such as one of SNOMED CT codes):
+// the code is then accepted.
+type Terminology interface {
+	InValueSet(valueSet, system, code string) (in, known bool)
+}
+
+// ValidateStrict is Validate and, besides, the checks of a project in
+// strictMode: every code, Coding and CodeableConcept of an element with a
+// required binding is in its ValueSet (when terms knows it; a
+// CodeableConcept needs one of its codings in it, one with only a text is
+// not checked), and every meta.profile is a profile the server has: the
+// definition of the resource's own type, the only ones among the embedded
+// definitions (a profile it does not have could not be checked).
+func ValidateStrict(res Resource, terms Terminology) []Issue {
+	return validate(res, terms)
+}
+
+// CheckValidStrict is ValidateStrict as an error.
+func CheckValidStrict(res Resource, terms Terminology) error {
+	if issues := ValidateStrict(res, terms); len(issues) > 0 {
+		return ValidationError(issues)
+	}
+	return nil
+}
+
+func validate(res Resource, terms Terminology) []Issue {
+	v := validator{path: make([]byte, 0, 64), terms: terms}
 	v.resource(map[string]any(res), 0)
 	if len(v.issues) > 1 {
 		// Elements are walked in map order: the answer is in a stable one.
@@ -83,6 +123,8 @@ func CheckValid(res Resource) error {
 
 type validator struct {
 	issues []Issue
+	// terms is set in strict mode: bindings and profiles are checked.
+	terms Terminology
 	// path is the expression of the value being checked; it only becomes
 	// a string when an issue is reported.
 	path []byte
@@ -123,6 +165,9 @@ func (v *validator) resource(obj map[string]any, depth int) {
 		v.path = append(v.path, rt...)
 	}
 	v.object(st, obj, depth)
+	if v.terms != nil {
+		v.profiles(rt, obj)
+	}
 }
 
 // object checks the elements of a structure's value at v.path.
@@ -183,7 +228,7 @@ func (v *validator) object(st *structure, obj map[string]any, depth int) {
 				if item == nil && hasExt && primitiveTypes[el.Type] {
 					continue // the value is in _name[i]
 				}
-				v.value(el.Type, item, depth)
+				v.checked(el, item, depth)
 			}
 			continue
 		}
@@ -191,7 +236,7 @@ func (v *validator) object(st *structure, obj map[string]any, depth int) {
 			v.fail("structure", "Expected a single "+el.Type+", got an array")
 			continue
 		}
-		v.value(el.Type, val, depth)
+		v.checked(el, val, depth)
 	}
 	v.path = v.path[:mark]
 	for _, r := range st.Required {
@@ -262,6 +307,138 @@ func (v *validator) primitiveExtension(el element, val, value any, depth int) {
 		return
 	}
 	v.object(elem, obj, depth+1)
+}
+
+// checked checks one value of an element, then, when it is well formed,
+// the type a Reference points to and, in strict mode, the element's
+// required binding.
+func (v *validator) checked(el element, val any, depth int) {
+	n := len(v.issues)
+	v.value(el.Type, val, depth)
+	if len(v.issues) != n {
+		return
+	}
+	if len(el.Targets) > 0 {
+		v.referenceTarget(el, val)
+	}
+	if el.Binding != "" && v.terms != nil {
+		v.binding(el, val)
+	}
+}
+
+// referenceTarget checks that a relative reference ("Type/id", possibly
+// versioned) names a type the element allows. Absolute URLs, contained
+// (#id) and Bundle-local (urn:uuid:) references are not checked.
+func (v *validator) referenceTarget(el element, val any) {
+	ref, _ := val.(map[string]any)["reference"].(string)
+	if base, version, ok := strings.Cut(ref, "/_history/"); ok && version != "" {
+		ref = base
+	}
+	typ, _, ok := SplitReference(ref)
+	if !ok || strings.Contains(typ, ":") || !KnownType(typ) {
+		return
+	}
+	for _, t := range el.Targets {
+		if t == typ {
+			return
+		}
+	}
+	mark := len(v.path)
+	v.path = append(v.path, ".reference"...)
+	v.fail("value", "Invalid reference type "+typ+": expected "+strings.Join(el.Targets, ", "))
+	v.path = v.path[:mark]
+}
+
+// binding checks a coded value against its element's required ValueSet.
+func (v *validator) binding(el element, val any) {
+	in := func(system, code string) (bool, bool) {
+		if slices.Contains(serverCodes[el.Binding], code) {
+			return true, true
+		}
+		return v.terms.InValueSet(el.Binding, system, code)
+	}
+	var shown string
+	switch el.Type {
+	case "code":
+		code, _ := val.(string)
+		if ok, known := in("", code); ok || !known {
+			return
+		}
+		shown = code
+	case "Coding":
+		m := val.(map[string]any)
+		code, _ := m["code"].(string)
+		system, _ := m["system"].(string)
+		if code == "" {
+			return
+		}
+		if ok, known := in(system, code); ok || !known {
+			return
+		}
+		shown = system + "|" + code
+	case "CodeableConcept":
+		codings, _ := val.(map[string]any)["coding"].([]any)
+		var tried []string
+		for _, c := range codings {
+			m, _ := c.(map[string]any)
+			code, _ := m["code"].(string)
+			system, _ := m["system"].(string)
+			if code == "" {
+				continue
+			}
+			if ok, known := in(system, code); ok || !known {
+				return
+			}
+			tried = append(tried, system+"|"+code)
+		}
+		if len(tried) == 0 {
+			return
+		}
+		shown = strings.Join(tried, ", ")
+	}
+	if len(shown) > 100 {
+		shown = shown[:100] + "..."
+	}
+	v.fail("code-invalid", "Value "+strconv.Quote(shown)+" is not in the required value set "+el.Binding)
+}
+
+// serverCodes are the codes sandbot adds to a ValueSet of a required
+// binding: its WebAssembly bots' runtimeVersion beside the reference's
+// vmcontext and awslambda (the bot service checks which it runs).
+var serverCodes = map[string][]string{
+	"https://medplum.com/fhir/ValueSet/bot-runtime-version": {"wasm"},
+}
+
+// profiles checks, in strict mode, that each meta.profile of a resource of
+// type rt is a profile the server has (profileTypes).
+func (v *validator) profiles(rt string, obj map[string]any) {
+	meta, _ := obj["meta"].(map[string]any)
+	list, _ := meta["profile"].([]any)
+	mark := len(v.path)
+	for i, p := range list {
+		url, _ := p.(string)
+		if is := ProfileIssue(rt, url); is != nil {
+			v.path = append(append(append(v.path[:mark], ".meta.profile["...), strconv.Itoa(i)...), ']')
+			v.fail(is.Code, is.Details.Text)
+		}
+	}
+	v.path = v.path[:mark]
+}
+
+// ProfileIssue is the error of a profile (a canonical url, possibly with
+// "|version") claimed by a resource of type rt in strict mode: nil when it
+// is the definition of rt, the only profiles the server has.
+func ProfileIssue(rt, url string) *Issue {
+	url, _, _ = strings.Cut(url, "|")
+	t, ok := profileTypes[url]
+	switch {
+	case ok && t == rt:
+		return nil
+	case ok:
+		return &Issue{Severity: "error", Code: "invalid", Details: &IssueDetails{Text: "Profile " + url + " is a profile of " + t + ", not " + rt}}
+	}
+	return &Issue{Severity: "error", Code: "not-supported",
+		Details: &IssueDetails{Text: "Unknown profile " + url + ": in strict mode a profile must be one the server has (the definition of " + rt + ")"}}
 }
 
 // value checks one value of a type at v.path.

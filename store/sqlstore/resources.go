@@ -197,40 +197,40 @@ func (x *indexRows) add(res fhir.Resource, id, project string, lastUpdated int64
 	for _, v := range values {
 		switch v.Kind {
 		case fhir.TokenIndex:
-			x.tokens = append(x.tokens, id, typ, project, v.Code, v.System, v.Value, lastUpdated)
+			x.tokens = append(x.tokens, id, typ, project, v.Code, v.System, v.Value, lastUpdated, v.Group)
 			if counted && v.System != fhir.TextSystem {
 				if p := fhir.LookupParam(typ, v.Code); p != nil && p.Counted {
 					x.counted = append(x.counted, countKey{typ, project, v.Code, v.Value})
 				}
 			}
 		case fhir.StringIndex:
-			x.strs = append(x.strs, id, typ, project, v.Code, fhir.NormalizeString(v.Value), v.Value, lastUpdated)
+			x.strs = append(x.strs, id, typ, project, v.Code, fhir.NormalizeString(v.Value), v.Value, lastUpdated, v.Group)
 		case fhir.DateIndex:
-			x.dates = append(x.dates, id, typ, project, v.Code, v.Lo.UnixMicro(), v.Hi.UnixMicro(), lastUpdated)
+			x.dates = append(x.dates, id, typ, project, v.Code, v.Lo.UnixMicro(), v.Hi.UnixMicro(), lastUpdated, v.Group)
 		case fhir.NumberIndex:
-			x.nums = append(x.nums, id, typ, project, v.Code, v.Num, v.NumHi, v.System, v.Value, lastUpdated)
+			x.nums = append(x.nums, id, typ, project, v.Code, v.Num, v.NumHi, v.System, v.Value, lastUpdated, v.Group)
 		}
 	}
 	return values
 }
 
 func (x *indexRows) insert(ctx context.Context, s *Store) error {
-	if err := s.insertRows(ctx, "search_token", "resource_id, resource_type, project_id, code, system, value, last_updated", 7, x.tokens); err != nil {
+	if err := s.insertRows(ctx, "search_token", "resource_id, resource_type, project_id, code, system, value, last_updated, grp", 8, x.tokens); err != nil {
 		return err
 	}
-	if err := s.insertRows(ctx, "search_string", "resource_id, resource_type, project_id, code, value_norm, value_exact, last_updated", 7, x.strs); err != nil {
+	if err := s.insertRows(ctx, "search_string", "resource_id, resource_type, project_id, code, value_norm, value_exact, last_updated, grp", 8, x.strs); err != nil {
 		return err
 	}
-	if err := s.insertRows(ctx, "search_date", "resource_id, resource_type, project_id, code, lo, hi, last_updated", 7, x.dates); err != nil {
+	if err := s.insertRows(ctx, "search_date", "resource_id, resource_type, project_id, code, lo, hi, last_updated, grp", 8, x.dates); err != nil {
 		return err
 	}
-	return s.insertRows(ctx, "search_number", "resource_id, resource_type, project_id, code, lo, hi, system, unit, last_updated", 9, x.nums)
+	return s.insertRows(ctx, "search_number", "resource_id, resource_type, project_id, code, lo, hi, system, unit, last_updated, grp", 10, x.nums)
 }
 
 // insertChunks are the row counts of the multi-row INSERT statements
 // insertRows uses, largest first. The statements are prepared once and
 // reused: parsing a fresh statement for every batch was a seventh of the
-// cost of writing a batch of AuditEvents. 256 rows of 9 columns stays far
+// cost of writing a batch of AuditEvents. 256 rows of 10 columns stays far
 // under both databases' bind-parameter limits (SQLite 32766, PostgreSQL
 // 65535).
 var insertChunks = []int{256, 64, 16, 4, 1}

@@ -3,6 +3,8 @@ package sqlstore
 import (
 	"context"
 	"fmt"
+	"regexp"
+	"strconv"
 	"strings"
 	"time"
 
@@ -499,6 +501,15 @@ var indexTable = map[fhir.IndexKind]string{
 // indexRows is "table i WHERE ..." selecting the index rows of the
 // resource type that match a positive filter, within the scope.
 func (b *builder) indexRows(f fhir.Filter) cond {
+	if f.Param.Type == fhir.CompositeParam {
+		j := compositeJoin(f)
+		c := cond{sql: j.sql + ` WHERE i.resource_type = ? AND ` + j.where, args: concat(j.args, []any{b.typ}, j.whereArgs)}
+		if b.projects != nil {
+			c.sql += ` AND i.project_id IN (` + placeholders(len(b.projects)) + `)`
+			c.args = append(c.args, b.projects...)
+		}
+		return c
+	}
 	c := cond{sql: indexTable[fhir.KindOf(f.Param.Type)] + ` i WHERE i.resource_type = ? AND i.code = ?`, args: []any{b.typ, f.Param.Code}}
 	if f.Modifier != "missing" {
 		v := b.values(f)
@@ -517,6 +528,10 @@ func (b *builder) filter(f fhir.Filter, a string) cond {
 	p := f.Param
 	if p.Column != "" {
 		return columnCond(f, a)
+	}
+	if p.Type == fhir.CompositeParam {
+		j := compositeJoin(f)
+		return cond{sql: b.exists(false, `SELECT 1 FROM `+j.sql+` WHERE i.resource_id = `+a+`.id AND `+j.where), args: concat(j.args, j.whereArgs)}
 	}
 	table := indexTable[fhir.KindOf(p.Type)]
 	probe := `SELECT 1 FROM ` + table + ` i WHERE i.resource_id = ` + a + `.id AND i.code = ?`
@@ -540,6 +555,46 @@ func (b *builder) filter(f fhir.Filter, a string) cond {
 	}
 	return cond{sql: b.exists(false, probe+` AND `+v.sql), args: concat(args, v.args)}
 }
+
+// joined is a composite filter's index rows: sql is "table i JOIN table c1
+// ON ... JOIN ..." (its arguments args), where the condition on them
+// (whereArgs): the first component's rows are i, the others c1, c2...,
+// joined on the resource and the element (grp).
+type joined struct {
+	sql, where      string
+	args, whereArgs []any
+}
+
+// compositeJoin writes a composite filter: one element's rows, one per
+// component, matching every part of one of its values.
+func compositeJoin(f fhir.Filter) joined {
+	comps := f.Param.Components
+	j := joined{sql: indexTable[fhir.KindOf(comps[0].Type)] + ` i`}
+	for k := 1; k < len(comps); k++ {
+		a := "c" + strconv.Itoa(k)
+		j.sql += ` JOIN ` + indexTable[fhir.KindOf(comps[k].Type)] + ` ` + a + ` ON ` + a + `.resource_id = i.resource_id AND ` + a + `.code = ? AND ` + a + `.grp = i.grp`
+		j.args = append(j.args, comps[k].Code)
+	}
+	var ors []string
+	for _, v := range f.Values {
+		var ands []string
+		for k, c := range comps {
+			vc := valueCond(fhir.Filter{Param: c}, v.Components[k])
+			if k > 0 {
+				vc.sql = rowAlias.ReplaceAllString(vc.sql, "c"+strconv.Itoa(k)+".")
+			}
+			ands = append(ands, vc.sql)
+			j.whereArgs = append(j.whereArgs, vc.args...)
+		}
+		ors = append(ors, `(`+strings.Join(ands, ` AND `)+`)`)
+	}
+	j.where = `i.code = ? AND (` + strings.Join(ors, ` OR `) + `)`
+	j.whereArgs = append([]any{comps[0].Code}, j.whereArgs...)
+	return j
+}
+
+// rowAlias finds the index row alias i in a valueCond.
+var rowAlias = regexp.MustCompile(`\bi\.`)
 
 // expr is the condition of a _filter expression.
 func (b *builder) expr(e *fhir.FilterExpr, a string) cond {

@@ -356,6 +356,51 @@ func TestReindexAtStart(t *testing.T) {
 	}
 }
 
+// TestCompositeRowsOfExistingData: resources stored before composite
+// parameters existed (no composite rows, an index of an older version) are
+// found by a composite search once the store has opened again: the rebuild
+// at start writes their rows (decision 50).
+func TestCompositeRowsOfExistingData(t *testing.T) {
+	for _, b := range storetest.Backends(t) {
+		t.Run(b.Name, func(t *testing.T) {
+			ctx := context.Background()
+			url := b.NewURL(t)
+			s := openStore(t, url)
+			obs, err := fhir.ParseResource([]byte(`{"resourceType":"Observation","status":"final","code":{"text":"bp"},"component":[
+				{"code":{"coding":[{"system":"http://loinc.org","code":"8480-6"}]},"valueQuantity":{"value":150}}]}`))
+			if err != nil {
+				t.Fatal(err)
+			}
+			rec, err := s.Create(ctx, obs, store.Write{Project: "p1"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			found := func(s *sqlstore.Store) int {
+				req, _ := fhir.ParseSearch("Observation", "component-code-value-quantity=http://loinc.org|8480-6$gt100")
+				res, err := s.Search(ctx, store.AllProjects, req)
+				if err != nil {
+					t.Fatal(err)
+				}
+				return len(res.Records)
+			}
+			for _, q := range []string{`DELETE FROM search_token WHERE code LIKE '%$%'`, `DELETE FROM search_number WHERE code LIKE '%$%'`,
+				`UPDATE key_values SET value = 'before-composites' WHERE name = 'search-index-version'`} {
+				if _, err := s.DB().ExecContext(ctx, q); err != nil {
+					t.Fatalf("%s: %v", q, err)
+				}
+			}
+			if n := found(s); n != 0 {
+				t.Fatalf("found %d without composite rows", n)
+			}
+			s.Close()
+			s2 := openStore(t, url)
+			if n := found(s2); n != 1 {
+				t.Errorf("after the rebuild at start: found %d, want %s", n, rec.ID)
+			}
+		})
+	}
+}
+
 // TestDeadlockIsUnavailable: PostgreSQL breaks a deadlock (two transactions
 // taking the same two locks in opposite orders, as two transaction Bundles
 // with conditional entries on two types can) by aborting one; that

@@ -47,6 +47,7 @@ func Run(t *testing.T, newStore func(t *testing.T) store.Store) {
 		{"SearchShapesAgree", testSearchShapesAgree},
 		{"SearchSingleValuedShapes", testSearchSingleValuedShapes},
 		{"TotalsFollowWrites", testTotalsFollowWrites},
+		{"SearchComposite", testSearchComposite},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) { tc.fn(t, newStore(t)) })

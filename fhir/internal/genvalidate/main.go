@@ -54,8 +54,9 @@ type elementDef struct {
 	Max              string `json:"max"`
 	ContentReference string `json:"contentReference"`
 	Type             []struct {
-		Code      string      `json:"code"`
-		Extension []extension `json:"extension"`
+		Code          string      `json:"code"`
+		Extension     []extension `json:"extension"`
+		TargetProfile []string    `json:"targetProfile"`
 	} `json:"type"`
 	Binding struct {
 		Strength string `json:"strength"`
@@ -64,6 +65,7 @@ type elementDef struct {
 }
 
 type structureDefinition struct {
+	URL        string `json:"url"`
 	Kind       string `json:"kind"`
 	Derivation string `json:"derivation"`
 	Abstract   bool   `json:"abstract"`
@@ -76,6 +78,46 @@ type structureDefinition struct {
 type element struct {
 	name, typ, choice string
 	array             bool
+	// binding is the ValueSet of a required binding, on coded types.
+	binding string
+	// targets are the resource types a Reference may point to (none: any).
+	targets []string
+}
+
+// codedTypes are the types whose values a required binding constrains.
+var codedTypes = map[string]bool{"code": true, "Coding": true, "CodeableConcept": true}
+
+// requiredBinding is the ValueSet (its version dropped) of a required
+// binding of an element of type code, "" when there is none.
+func requiredBinding(e elementDef, code string) string {
+	if e.Binding.Strength != "required" || !codedTypes[code] {
+		return ""
+	}
+	vs, _, _ := strings.Cut(e.Binding.ValueSet, "|")
+	return vs
+}
+
+// serverTargets are the types sandbot's own writes put in a Reference
+// beside those the definitions allow: the super admin project, created at
+// bootstrap, is owned by the admin ClientApplication (there is no User).
+var serverTargets = map[string][]string{"Project.owner": {"ClientApplication"}}
+
+// referenceTargets are the resource types a Reference element allows, from
+// its target profiles ("http://hl7.org/fhir/StructureDefinition/Patient" is
+// Patient); none when any resource is allowed.
+func referenceTargets(path, code string, profiles []string) []string {
+	if code != "Reference" || len(profiles) == 0 {
+		return nil
+	}
+	out := append([]string{}, serverTargets[path]...)
+	for _, p := range profiles {
+		t := p[strings.LastIndexByte(p, '/')+1:]
+		if t == "Resource" || t == "DomainResource" {
+			return nil
+		}
+		out = append(out, t)
+	}
+	return out
 }
 
 type structure struct {
@@ -118,6 +160,7 @@ func generate() ([]byte, error) {
 	}
 	structures := map[string]*structure{}
 	var primitives []string
+	profiles := map[string]string{} // url -> resource type
 	for _, r := range set.All("StructureDefinition") {
 		var sd structureDefinition
 		if err := json.Unmarshal(r.JSON, &sd); err != nil {
@@ -140,6 +183,9 @@ func generate() ([]byte, error) {
 			continue
 		}
 		structures[sd.Type] = &structure{resource: sd.Kind == "resource"}
+		if sd.Kind == "resource" {
+			profiles[sd.URL] = sd.Type
+		}
 		for _, e := range sd.Snapshot.Element {
 			i := strings.LastIndexByte(e.Path, '.')
 			if i < 0 {
@@ -166,7 +212,8 @@ func generate() ([]byte, error) {
 				base := strings.TrimSuffix(name, "[x]")
 				for _, t := range e.Type {
 					code := typeCode(t.Code, t.Extension)
-					st.elements = append(st.elements, element{name: base + strings.ToUpper(code[:1]) + code[1:], typ: code, choice: base, array: array})
+					st.elements = append(st.elements, element{name: base + strings.ToUpper(code[:1]) + code[1:], typ: code, choice: base, array: array,
+						binding: requiredBinding(e, code), targets: referenceTargets(e.Path, code, t.TargetProfile)})
 				}
 				if e.Min > 0 {
 					st.required = append(st.required, base+"[x]")
@@ -180,7 +227,8 @@ func generate() ([]byte, error) {
 			if code == "BackboneElement" || code == "Element" {
 				code = e.Path
 			}
-			st.elements = append(st.elements, element{name: name, typ: code, array: array})
+			st.elements = append(st.elements, element{name: name, typ: code, array: array,
+				binding: requiredBinding(e, code), targets: referenceTargets(e.Path, code, e.Type[0].TargetProfile)})
 			if e.Min > 0 {
 				st.required = append(st.required, name)
 			}
@@ -222,9 +270,29 @@ func generate() ([]byte, error) {
 			if e.choice != "" {
 				fmt.Fprintf(&b, ", Choice: %q", e.choice)
 			}
+			if e.binding != "" {
+				fmt.Fprintf(&b, ", Binding: %q", e.binding)
+			}
+			if len(e.targets) > 0 {
+				q := make([]string, len(e.targets))
+				for i, t := range e.targets {
+					q[i] = strconv.Quote(t)
+				}
+				fmt.Fprintf(&b, ", Targets: []string{%s}", strings.Join(q, ", "))
+			}
 			b.WriteString("},\n")
 		}
 		b.WriteString("\t}},\n")
+	}
+	b.WriteString("}\n\n")
+	b.WriteString("// profileTypes are the profiles the server has, by url: the definitions of\n// the resource types.\nvar profileTypes = map[string]string{\n")
+	urls := make([]string, 0, len(profiles))
+	for u := range profiles {
+		urls = append(urls, u)
+	}
+	sort.Strings(urls)
+	for _, u := range urls {
+		fmt.Fprintf(&b, "\t%q: %q,\n", u, profiles[u])
 	}
 	b.WriteString("}\n")
 	return format.Source(b.Bytes())

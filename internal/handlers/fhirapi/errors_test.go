@@ -14,7 +14,7 @@ func TestErrorsAndLimits(t *testing.T) {
 		c := s.NewProject(t, "errors")
 		id := str(c.Create(map[string]any{"resourceType": "Patient"}), "id")
 		big := `{"resourceType":"Patient","text":{"status":"generated","div":"` + strings.Repeat("x", 1<<20) + `"}}`
-		justUnder := `{"resourceType":"Patient","gender":"` + strings.Repeat("y", (1<<20)-60) + `"}`
+		justUnder := `{"resourceType":"Patient","name":[{"text":"` + strings.Repeat("y", (1<<20)-69) + `"}]}`
 		for _, tc := range []struct {
 			what, method, path string
 			body               any

@@ -345,8 +345,9 @@ func (s *Service) create(ctx context.Context, p *principal.Principal, res fhir.R
 	if err := enforce(typ, nil, res, rulesFor(p, typ).fields, true); err != nil {
 		return nil, err
 	}
-	// What is stored must be valid FHIR (decision 44).
-	if err := fhir.CheckValid(res); err != nil {
+	// What is stored must be valid FHIR (decision 44), and more in a
+	// project in strictMode (decision 51).
+	if err := checkValid(p, res); err != nil {
 		return nil, err
 	}
 	if typ == "Subscription" && !p.IsSystem() {
@@ -506,7 +507,7 @@ func (s *Service) modify(ctx context.Context, p *principal.Principal, typ, id, i
 			// What is stored must be valid FHIR, whatever the write (an
 			// update, a patch, a use-case's change); what was stored before
 			// validation existed is read as it is (decision 44).
-			if err := fhir.CheckValid(next); err != nil {
+			if err := checkValid(p, next); err != nil {
 				return nil, err
 			}
 			if typ == "Subscription" && !p.IsSystem() {

@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/sandbot/sandbot/fhir"
+	"github.com/sandbot/sandbot/fhir/definitions"
 	"github.com/sandbot/sandbot/internal/principal"
 )
 
@@ -23,13 +24,15 @@ type ValidateRequest struct {
 	Mode, Profile string
 }
 
-// Validate answers $validate: the checks every write runs (fhir.Validate),
-// as an OperationOutcome, nothing written. A valid resource answers "All
+// Validate answers $validate: the checks every write runs (fhir.Validate,
+// and fhir.ValidateStrict's in a project in strictMode: validation), as an
+// OperationOutcome, nothing written. A valid resource answers "All
 // OK"; an invalid one one issue per error. mode "create" (the default at
 // the type level) and "update" (the default at the instance level, where
 // the body's id must be the path's) check the body; "delete" only checks
-// that the resource exists and p may see it. profile is accepted and not
-// checked (profiles are not enforced, decision 44).
+// that the resource exists and p may see it. The profile parameter
+// (query or Parameters) is checked as a meta.profile in strictMode, and
+// ignored otherwise (decision 51).
 func (s *Service) Validate(ctx context.Context, p *principal.Principal, req ValidateRequest) (*fhir.OperationOutcome, error) {
 	if err := Authorize(p, req.Type, OpRead); err != nil {
 		return nil, err
@@ -37,11 +40,11 @@ func (s *Service) Validate(ctx context.Context, p *principal.Principal, req Vali
 	if !fhir.KnownType(req.Type) {
 		return nil, fhir.Invalid("Unknown resource type: "+req.Type, "resourceType")
 	}
-	mode := req.Mode
+	mode, profile := req.Mode, req.Profile
 	var res fhir.Resource
 	if len(strings.TrimSpace(string(req.Body))) > 0 {
 		var err error
-		res, mode, err = validateBody(req.Body, mode)
+		res, mode, profile, err = validateBody(req.Body, mode, profile)
 		if err != nil {
 			return nil, err
 		}
@@ -84,7 +87,18 @@ func (s *Service) Validate(ctx context.Context, p *principal.Principal, req Vali
 		issues = append(issues, fhir.Issue{Severity: "error", Code: "invalid",
 			Details: &fhir.IssueDetails{Text: "Incorrect resource ID"}, Expression: []string{res.Type() + ".id"}})
 	}
-	issues = append(issues, fhir.Validate(res)...)
+	more, err := validation(p, res)
+	if err != nil {
+		return nil, err
+	}
+	issues = append(issues, more...)
+	if profile != "" && strict(p) {
+		// The nominated profile, as a meta.profile would be (decision 51).
+		if is := fhir.ProfileIssue(res.Type(), profile); is != nil {
+			is.Expression = []string{"profile"}
+			issues = append(issues, *is)
+		}
+	}
 	if len(issues) == 0 {
 		return fhir.AllOK(), nil
 	}
@@ -93,13 +107,13 @@ func (s *Service) Validate(ctx context.Context, p *principal.Principal, req Vali
 
 // validateBody reads a $validate body: a Parameters with resource (and
 // mode), or the resource itself.
-func validateBody(body []byte, mode string) (fhir.Resource, string, error) {
+func validateBody(body []byte, mode, profile string) (fhir.Resource, string, string, error) {
 	res, err := fhir.ParseResource(body)
 	if err != nil {
-		return nil, "", err
+		return nil, "", "", err
 	}
 	if res.Type() != "Parameters" {
-		return res, mode, nil
+		return res, mode, profile, nil
 	}
 	params, _ := res["parameter"].([]any)
 	var inner fhir.Resource
@@ -109,24 +123,63 @@ func validateBody(body []byte, mode string) (fhir.Resource, string, error) {
 		case "resource":
 			r, ok := prm["resource"].(map[string]any)
 			if !ok {
-				return nil, "", fhir.Invalid("The resource parameter must hold a resource", "Parameters.parameter.resource")
+				return nil, "", "", fhir.Invalid("The resource parameter must hold a resource", "Parameters.parameter.resource")
 			}
 			raw, err := json.Marshal(r)
 			if err != nil {
-				return nil, "", fhir.Invalid("Invalid resource parameter")
+				return nil, "", "", fhir.Invalid("Invalid resource parameter")
 			}
 			if inner, err = fhir.ParseResource(raw); err != nil {
-				return nil, "", err
+				return nil, "", "", err
 			}
 		case "mode":
 			if m, ok := prm["valueCode"].(string); ok {
 				mode = m
 			}
+		case "profile":
+			for _, k := range []string{"valueCanonical", "valueUri"} {
+				if u, ok := prm[k].(string); ok {
+					profile = u
+				}
+			}
 		}
 	}
 	if inner == nil {
 		// A Parameters resource validated as itself.
-		return res, mode, nil
+		return res, mode, profile, nil
 	}
-	return inner, mode, nil
+	return inner, mode, profile, nil
+}
+
+// strict reports whether the caller's project is in strictMode: its writes
+// are checked against required bindings and meta.profile too (decision 51).
+// The server's own principals (no project resource) are not.
+func strict(p *principal.Principal) bool {
+	on, _ := p.Project["strictMode"].(bool)
+	return on
+}
+
+// validation is the check of every write (decision 44), with the strict
+// checks in a project in strictMode; $validate answers the same.
+func validation(p *principal.Principal, res fhir.Resource) ([]fhir.Issue, error) {
+	if !strict(p) {
+		return fhir.Validate(res), nil
+	}
+	set, err := definitions.Load()
+	if err != nil {
+		return nil, err
+	}
+	return fhir.ValidateStrict(res, set), nil
+}
+
+// checkValid is validation as the error of a write.
+func checkValid(p *principal.Principal, res fhir.Resource) error {
+	issues, err := validation(p, res)
+	if err != nil {
+		return err
+	}
+	if len(issues) > 0 {
+		return fhir.ValidationError(issues)
+	}
+	return nil
 }
