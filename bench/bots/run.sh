@@ -28,6 +28,11 @@ make -s js # the JavaScript engine, embedded by the build
 go build -o "$work/sandbot" ./cmd/sandbot
 go build -o "$work/floor" ./bench/bots/floor
 ID=bench-admin SECRET=bench-admin-secret-0123456789
+# A server left from an earlier run would be measured instead of this one.
+if curl -sf http://127.0.0.1:18110/healthcheck >/dev/null || curl -sf http://127.0.0.1:18130/ >/dev/null; then
+  echo "port 18110 or 18130 is already in use: stop what listens there first" >&2
+  exit 1
+fi
 SANDBOT_ADDR=127.0.0.1:18110 SANDBOT_METRICS_ADDR=127.0.0.1:19110 SANDBOT_BASE_URL=http://127.0.0.1:18110/ \
 SANDBOT_DATA_DIR="$work/data" SANDBOT_DATABASE_URL="${DATABASE_URL:-}" SANDBOT_ADMIN_CLIENT_ID=$ID SANDBOT_ADMIN_CLIENT_SECRET=$SECRET \
 SANDBOT_PPROF=true "$work/sandbot" serve >"$work/out.log" 2>"$work/server.log" &
