@@ -3,6 +3,7 @@ package bots
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"io"
 	"log/slog"
 	"os"
@@ -179,5 +180,36 @@ func TestAuditJournalRecovery(t *testing.T) {
 				t.Fatalf("the live process's journal was touched: %v", err)
 			}
 		})
+	}
+}
+
+// TestAuditJournalDamaged: a journal with a line that cannot be read (a
+// damaged disk) is stored as far as it can be read and kept aside, and the
+// start goes on.
+func TestAuditJournalDamaged(t *testing.T) {
+	be := storetest.Backends(t)[0]
+	ctx := context.Background()
+	st := openTestStore(t, be)
+	dir := t.TempDir()
+	now := time.Now().UTC()
+	e := auditEntry{id: "0193a2b4-0000-7000-8000-0000000000aa", project: "p1", bot: "Bot/b", requester: "ClientApplication/c", outcome: "0", start: now, end: now}
+	good, err := json.Marshal(recordOf(&e))
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(dir, "audit-damaged.journal")
+	if err := os.WriteFile(path, append([]byte("\x00\x00garbage\n"), append(good, '\n')...), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	n, err := recoverAuditJournals(ctx, dir, st)
+	var bad *unreadableJournal
+	if !errors.As(err, &bad) || bad.lines != 1 {
+		t.Fatalf("got %v, want one unreadable line reported", err)
+	}
+	if got := auditEvents(t, st, "p1"); n != 1 || !got[e.id] {
+		t.Fatalf("recovered %d, stored %v", n, got)
+	}
+	if _, err := os.Stat(path + ".unreadable"); err != nil {
+		t.Fatalf("the damaged journal was not kept aside: %v", err)
 	}
 }

@@ -14,6 +14,7 @@ package bots
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net/url"
@@ -170,6 +171,11 @@ func New(cfg Config) (*Service, error) {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 		n, err := recoverAuditJournals(ctx, cfg.AuditJournalDir, cfg.Store)
 		cancel()
+		var bad *unreadableJournal
+		if errors.As(err, &bad) {
+			s.log.Error("bot audit journal damaged: what could be read was stored", "err", err)
+			err = nil
+		}
 		if err != nil {
 			s.audits.close()
 			return nil, fmt.Errorf("bots: recover audit journals: %w", err)

@@ -9,7 +9,6 @@ import (
 	"io"
 	"os"
 	"path/filepath"
-	"strings"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -184,21 +183,28 @@ func (j *auditJournal) remove() {
 
 // recoverAuditJournals stores the entries of the journals in dir that no
 // live process holds (a process that died before its writer stored them)
-// and are not in the store yet, then removes those journals.
+// and are not in the store yet, then removes those journals. A journal with
+// unreadable lines is stored as far as it can be read and kept aside; the
+// error (an *unreadableJournal, joined) says so, and the caller goes on.
 func recoverAuditJournals(ctx context.Context, dir string, st store.Store) (int, error) {
 	paths, err := filepath.Glob(filepath.Join(dir, "audit-*.journal"))
 	if err != nil {
 		return 0, err
 	}
 	recovered := 0
+	var damaged error
 	for _, path := range paths {
 		n, err := recoverAuditJournal(ctx, path, st)
 		recovered += n
-		if err != nil {
+		var bad *unreadableJournal
+		switch {
+		case errors.As(err, &bad):
+			damaged = errors.Join(damaged, err)
+		case err != nil:
 			return recovered, err
 		}
 	}
-	return recovered, nil
+	return recovered, damaged
 }
 
 func recoverAuditJournal(ctx context.Context, path string, st store.Store) (int, error) {
@@ -214,6 +220,7 @@ func recoverAuditJournal(ctx context.Context, path string, st store.Store) (int,
 		return 0, nil // a live process's
 	}
 	var missing []auditEntry
+	unreadable := 0
 	r := bufio.NewReader(f)
 	for {
 		line, err := r.ReadBytes('\n')
@@ -227,7 +234,10 @@ func recoverAuditJournal(ctx context.Context, path string, st store.Store) (int,
 		}
 		var rec journalRecord
 		if json.Unmarshal(line, &rec) != nil || rec.ID == "" || rec.Project == "" {
-			return 0, fmt.Errorf("audit journal %s: unreadable entry %q", path, strings.TrimSpace(string(line[:min(len(line), 80)])))
+			// Only this server writes journals: a damaged disk. The rest is
+			// stored, and the file kept aside for a look.
+			unreadable++
+			continue
 		}
 		_, err = st.Read(ctx, store.ProjectScope(rec.Project), "AuditEvent", rec.ID)
 		switch {
@@ -245,5 +255,20 @@ func recoverAuditJournal(ctx context.Context, path string, st store.Store) (int,
 		}
 		stored += n
 	}
+	if unreadable > 0 {
+		return stored, &unreadableJournal{path: path, lines: unreadable, rename: os.Rename(path, path+".unreadable")}
+	}
 	return stored, os.Remove(path)
+}
+
+// unreadableJournal reports lines of a journal that could not be read; the
+// journal was renamed aside (*.unreadable) once the rest was stored.
+type unreadableJournal struct {
+	path   string
+	lines  int
+	rename error
+}
+
+func (e *unreadableJournal) Error() string {
+	return fmt.Sprintf("audit journal %s: %d unreadable lines (kept as %s.unreadable; rename: %v)", e.path, e.lines, e.path, e.rename)
 }
