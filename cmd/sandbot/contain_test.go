@@ -67,8 +67,11 @@ func startHostileServer(t *testing.T, env ...string) *hostileServer {
 	t.Helper()
 	if len(env) == 0 {
 		env = []string{"SANDBOT_EXECUTION_MEMORY_BYTES=" + strconv.Itoa(hostileBudget),
-			// A pathological module's compilation is stopped after 3 s of CPU.
-			"SANDBOT_COMPILE_CPU_SECONDS=3"}
+			// A pathological module's compilation is stopped after 3 s of
+			// CPU; its deploy waits up to 30 s for that, so that on a loaded
+			// machine (the compiler runs at a lower priority) the CPU
+			// ceiling stops it, not the wall clock (a 429: busy).
+			"SANDBOT_COMPILE_CPU_SECONDS=3", "SANDBOT_COMPILE_SECONDS=30"}
 	}
 	settings := env
 	api, ops := servertest.FreeAddr(t), servertest.FreeAddr(t)
