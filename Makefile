@@ -3,7 +3,7 @@
 # (with CI=true PostgreSQL is required); the Node compatibility tests against
 # the real binary; and the HL7 fuzzer for FUZZTIME.
 GO       ?= go
-FUZZTIME ?= 60s
+FUZZTIME ?= 30s
 
 .PHONY: test test-go test-sdk test-node test-replicas fuzz vet build run bench bench-search definitions examples js
 
@@ -58,32 +58,33 @@ test-replicas:
 	deploy/check.sh
 	deploy/local/run.sh test
 
-# HL7 for FUZZTIME (60 s by default), its acknowledgements, the FHIR search,
+# HL7 for FUZZTIME (30 s by default), its acknowledgements, the FHIR search,
 # _filter, FHIRPath and resource decoders, the validator, batch and transaction Bundles,
 # the FHIR service's dispatcher (any request a bot or a Bundle entry makes),
 # GraphQL queries, the bot input mapping, envelope parser and module
-# pre-parse and rewrite, client IPs, and the SDK's event decoder and envelope
+# pre-parse and rewrite, client IPs, MLLP framing, and the SDK's event decoder and envelope
 # encoder for a shorter while on every run.
 # scripts/fuzz.sh runs a target again, once, when Go's coordinator stops it
 # at the time limit without a finding (go.dev/issue/75804, fixed in Go 1.27).
 fuzz:
 	GO=$(GO) scripts/fuzz.sh sdk ./hl7 FuzzParse $(FUZZTIME)
-	GO=$(GO) scripts/fuzz.sh sdk ./hl7 FuzzAck 10s
-	GO=$(GO) scripts/fuzz.sh . ./fhir FuzzParseSearch 10s
-	GO=$(GO) scripts/fuzz.sh . ./fhir FuzzParseFilter 10s
-	GO=$(GO) scripts/fuzz.sh . ./fhir FuzzParsePath 10s
-	GO=$(GO) scripts/fuzz.sh . ./fhir FuzzParseResource 10s
-	GO=$(GO) scripts/fuzz.sh . ./fhir FuzzValidate 10s
-	GO=$(GO) scripts/fuzz.sh . ./internal/services/fhirservice FuzzBundleRequest 10s
-	GO=$(GO) scripts/fuzz.sh . ./internal/services/fhirgraphql FuzzPrepare 10s
-	GO=$(GO) scripts/fuzz.sh . ./internal/services/fhirservice FuzzDispatch 10s
-	GO=$(GO) scripts/fuzz.sh . ./fhir FuzzMarshalMatchesEncodingJSON 10s
-	GO=$(GO) scripts/fuzz.sh . ./runtime FuzzInput 10s
-	GO=$(GO) scripts/fuzz.sh . ./runtime FuzzParseEnvelope 10s
-	GO=$(GO) scripts/fuzz.sh . ./runtime FuzzPrepareModule 10s
-	GO=$(GO) scripts/fuzz.sh . ./internal/handlers/httpx FuzzClientIP 10s
-	GO=$(GO) scripts/fuzz.sh sdk . FuzzParseEvent 10s
-	GO=$(GO) scripts/fuzz.sh sdk . FuzzAppendValue 10s
+	GO=$(GO) scripts/fuzz.sh sdk ./hl7 FuzzAck 6s
+	GO=$(GO) scripts/fuzz.sh . ./fhir FuzzParseSearch 6s
+	GO=$(GO) scripts/fuzz.sh . ./fhir FuzzParseFilter 6s
+	GO=$(GO) scripts/fuzz.sh . ./fhir FuzzParsePath 6s
+	GO=$(GO) scripts/fuzz.sh . ./fhir FuzzParseResource 6s
+	GO=$(GO) scripts/fuzz.sh . ./fhir FuzzValidate 6s
+	GO=$(GO) scripts/fuzz.sh . ./internal/services/fhirservice FuzzBundleRequest 6s
+	GO=$(GO) scripts/fuzz.sh . ./internal/services/fhirgraphql FuzzPrepare 6s
+	GO=$(GO) scripts/fuzz.sh . ./internal/services/fhirservice FuzzDispatch 6s
+	GO=$(GO) scripts/fuzz.sh . ./fhir FuzzMarshalMatchesEncodingJSON 6s
+	GO=$(GO) scripts/fuzz.sh . ./runtime FuzzInput 6s
+	GO=$(GO) scripts/fuzz.sh . ./runtime FuzzParseEnvelope 6s
+	GO=$(GO) scripts/fuzz.sh . ./runtime FuzzPrepareModule 6s
+	GO=$(GO) scripts/fuzz.sh . ./internal/handlers/httpx FuzzClientIP 6s
+	GO=$(GO) scripts/fuzz.sh . ./internal/mllp FuzzReader 6s
+	GO=$(GO) scripts/fuzz.sh sdk . FuzzParseEvent 6s
+	GO=$(GO) scripts/fuzz.sh sdk . FuzzAppendValue 6s
 
 build: js
 	CGO_ENABLED=0 $(GO) build -trimpath -o bin/sandbot ./cmd/sandbot
