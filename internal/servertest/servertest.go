@@ -372,6 +372,18 @@ type Process struct {
 	Output *SyncBuffer
 }
 
+// ProcessStore is where a server process started by StartProcess on
+// backend b keeps its data: a fresh data directory, and a fresh PostgreSQL
+// database on the postgres backend (empty on SQLite: the store is in the
+// data directory). A restarted process is given the same two.
+func ProcessStore(t testing.TB, b storetest.Backend) (dataDir, databaseURL string) {
+	t.Helper()
+	if b.Name == "postgres" {
+		databaseURL = b.NewURL(t)
+	}
+	return t.TempDir(), databaseURL
+}
+
 // StartProcess starts bin serve over dataDir (SQLite, when databaseURL is
 // empty) or databaseURL, with the test super-admin client (AdminClientID)
 // and env (KEY=value) added to the environment, and waits until it answers;

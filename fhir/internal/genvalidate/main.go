@@ -20,7 +20,9 @@ import (
 	"flag"
 	"fmt"
 	"go/format"
+	"maps"
 	"os"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -243,23 +245,14 @@ func generate() ([]byte, error) {
 	}
 	b.WriteString("}\n\n")
 	b.WriteString("// structures are the resource types, complex data types and backbone\n// elements, by name.\nvar structures = map[string]*structure{\n")
-	names := make([]string, 0, len(structures))
-	for n := range structures {
-		names = append(names, n)
-	}
-	sort.Strings(names)
-	for _, n := range names {
+	for _, n := range slices.Sorted(maps.Keys(structures)) {
 		st := structures[n]
 		fmt.Fprintf(&b, "\t%q: {", n)
 		if st.resource {
 			b.WriteString("Resource: true, ")
 		}
 		if len(st.required) > 0 {
-			q := make([]string, len(st.required))
-			for i, r := range st.required {
-				q[i] = strconv.Quote(r)
-			}
-			fmt.Fprintf(&b, "Required: []string{%s}, ", strings.Join(q, ", "))
+			fmt.Fprintf(&b, "Required: %s, ", goStrings(st.required))
 		}
 		b.WriteString("Elements: map[string]element{\n")
 		for _, e := range st.elements {
@@ -274,11 +267,7 @@ func generate() ([]byte, error) {
 				fmt.Fprintf(&b, ", Binding: %q", e.binding)
 			}
 			if len(e.targets) > 0 {
-				q := make([]string, len(e.targets))
-				for i, t := range e.targets {
-					q[i] = strconv.Quote(t)
-				}
-				fmt.Fprintf(&b, ", Targets: []string{%s}", strings.Join(q, ", "))
+				fmt.Fprintf(&b, ", Targets: %s", goStrings(e.targets))
 			}
 			b.WriteString("},\n")
 		}
@@ -286,14 +275,18 @@ func generate() ([]byte, error) {
 	}
 	b.WriteString("}\n\n")
 	b.WriteString("// profileTypes are the profiles the server has, by url: the definitions of\n// the resource types.\nvar profileTypes = map[string]string{\n")
-	urls := make([]string, 0, len(profiles))
-	for u := range profiles {
-		urls = append(urls, u)
-	}
-	sort.Strings(urls)
-	for _, u := range urls {
+	for _, u := range slices.Sorted(maps.Keys(profiles)) {
 		fmt.Fprintf(&b, "\t%q: %q,\n", u, profiles[u])
 	}
 	b.WriteString("}\n")
 	return format.Source(b.Bytes())
+}
+
+// goStrings is list as a Go []string literal.
+func goStrings(list []string) string {
+	q := make([]string, len(list))
+	for i, v := range list {
+		q[i] = strconv.Quote(v)
+	}
+	return "[]string{" + strings.Join(q, ", ") + "}"
 }

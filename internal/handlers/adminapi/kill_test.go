@@ -50,11 +50,7 @@ func TestKillDuringInvites(t *testing.T) {
 	bin := servertest.BuildBinary(t)
 	for _, b := range storetest.Backends(t) {
 		t.Run(b.Name, func(t *testing.T) {
-			dataDir := t.TempDir()
-			dbURL := ""
-			if b.Name == "postgres" {
-				dbURL = b.NewURL(t)
-			}
+			dataDir, dbURL := servertest.ProcessStore(t, b)
 			p := servertest.StartProcess(t, bin, dataDir, dbURL)
 			su := servertest.NewClient(t, p.Base, servertest.ClientToken(t, p.Base, servertest.AdminClientID, servertest.AdminClientSecret))
 			proj := expect(t, su.Do("POST", "admin/Project", map[string]any{"resourceType": "Project", "name": "Kill"}, ""), 201, "project")

@@ -25,10 +25,7 @@ func TestAuditEventsSurviveKill(t *testing.T) {
 	wasm := readWasm(t, "../../../examples/c-echo/c-echo.wasm")
 	for _, b := range storetest.Backends(t) {
 		t.Run(b.Name, func(t *testing.T) {
-			dataDir, dbURL := t.TempDir(), ""
-			if b.Name == "postgres" {
-				dbURL = b.NewURL(t)
-			}
+			dataDir, dbURL := servertest.ProcessStore(t, b)
 			p := servertest.StartProcess(t, bin, dataDir, dbURL)
 			su := p.SuperAdmin(t)
 			bot := deployBot(t, su, wasm, nil)

@@ -39,10 +39,7 @@ func TestHL7FeedSurvivesKill(t *testing.T) {
 	bin := servertest.BuildBinary(t)
 	for _, b := range storetest.Backends(t) {
 		t.Run(b.Name, func(t *testing.T) {
-			dataDir, dbURL := t.TempDir(), ""
-			if b.Name == "postgres" {
-				dbURL = b.NewURL(t)
-			}
+			dataDir, dbURL := servertest.ProcessStore(t, b)
 			// First the project, its bot and its Agent; then the process
 			// that listens for it.
 			p := servertest.StartProcess(t, bin, dataDir, dbURL)

@@ -308,10 +308,7 @@ func TestCronMissedTicksRunOnce(t *testing.T) {
 	env := []string{"SANDBOT_CRON_FIELDS=6"}
 	for _, b := range storetest.Backends(t) {
 		t.Run(b.Name, func(t *testing.T) {
-			dataDir, dbURL := t.TempDir(), ""
-			if b.Name == "postgres" {
-				dbURL = b.NewURL(t)
-			}
+			dataDir, dbURL := servertest.ProcessStore(t, b)
 			p := servertest.StartProcess(t, bin, dataDir, dbURL, env...)
 			su := p.SuperAdmin(t)
 			r := su.Do("POST", "admin/Project", map[string]any{"resourceType": "Project", "name": "missed", "features": []any{"cron"}}, "")

@@ -35,10 +35,7 @@ func TestSubscriptionDeliveriesSurviveKill(t *testing.T) {
 	env := []string{"SANDBOT_JOB_WORKERS=1", "SANDBOT_JOB_RESCUE_SECONDS=3"}
 	for _, b := range storetest.Backends(t) {
 		t.Run(b.Name, func(t *testing.T) {
-			dataDir, dbURL := t.TempDir(), ""
-			if b.Name == "postgres" {
-				dbURL = b.NewURL(t)
-			}
+			dataDir, dbURL := servertest.ProcessStore(t, b)
 			p := servertest.StartProcess(t, bin, dataDir, dbURL, env...)
 			su := p.SuperAdmin(t)
 			r := su.Do("POST", "admin/Project", map[string]any{"resourceType": "Project", "name": "Deliveries"}, "")

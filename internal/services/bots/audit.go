@@ -178,23 +178,30 @@ func (a *auditWriter) write(batch []auditEntry) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
+	var journaled []auditEntry
+	for i := range batch {
+		if batch[i].journaled {
+			journaled = append(journaled, batch[i])
+		}
+	}
 	if err := storeAuditBatch(ctx, a.store, batch); err != nil {
-		// Journaled events stay in the journal, which the next start on
-		// this data directory stores.
 		a.metrics.auditDropped.Add(float64(len(batch)))
 		a.log.Warn("bot audit events not written", "count", len(batch), "err", err)
+		// Journaled events are kept for the next start on this data
+		// directory to store.
+		if len(journaled) > 0 {
+			if err := a.journal.setAside(journaled); err != nil {
+				a.log.Warn("bot audit events not set aside; the journal keeps them", "count", len(journaled), "err", err)
+			}
+		}
 		return
 	}
 	now := time.Now()
-	journaled := 0
 	for i := range batch {
 		a.metrics.auditLag.Observe(now.Sub(batch[i].end).Seconds())
-		if batch[i].journaled {
-			journaled++
-		}
 	}
-	if a.journal != nil && journaled > 0 {
-		a.journal.storedEntries(journaled)
+	if len(journaled) > 0 {
+		a.journal.storedEntries(len(journaled))
 	}
 }
 
@@ -252,6 +259,11 @@ func (a *auditWriter) add(e auditEntry) {
 		a.metrics.auditJournalFailed.Inc()
 		a.log.Warn("bot audit event not journaled; queued in memory", "err", err)
 	}
+	a.enqueue(e)
+}
+
+// enqueue hands e to the writer, waiting for room when the queue is full.
+func (a *auditWriter) enqueue(e auditEntry) {
 	select {
 	case a.ch <- e:
 	default:

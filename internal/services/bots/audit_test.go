@@ -61,7 +61,12 @@ func TestAuditWriterWaitsRatherThanDrops(t *testing.T) {
 
 func openTestStore(t *testing.T, be storetest.Backend) *sqlstore.Store {
 	t.Helper()
-	st, err := sqlstore.Open(context.Background(), be.NewURL(t), sqlstore.Options{Migrate: true})
+	return openTestStoreURL(t, be.NewURL(t))
+}
+
+func openTestStoreURL(t *testing.T, url string) *sqlstore.Store {
+	t.Helper()
+	st, err := sqlstore.Open(context.Background(), url, sqlstore.Options{Migrate: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -92,7 +97,7 @@ func TestAuditJournal(t *testing.T) {
 			dir := t.TempDir()
 			m := newMetrics(prometheus.NewRegistry())
 			a := newAuditWriter(st, nil, slog.New(slog.DiscardHandler), m, 4)
-			j, err := openAuditJournal(dir, a.ch)
+			j, err := openAuditJournal(dir, a.enqueue)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -156,7 +161,7 @@ func TestAuditJournalRecovery(t *testing.T) {
 				t.Fatal(err)
 			}
 			// A live process's journal (its lock is held).
-			live, err := openAuditJournal(dir, make(chan auditEntry, 1))
+			live, err := openAuditJournal(dir, func(auditEntry) {})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -211,5 +216,51 @@ func TestAuditJournalDamaged(t *testing.T) {
 	}
 	if _, err := os.Stat(path + ".unreadable"); err != nil {
 		t.Fatalf("the damaged journal was not kept aside: %v", err)
+	}
+}
+
+// TestAuditJournalSetsAsideWhatTheStoreRefused: events the database refused
+// are kept in a journal file of their own, which the next start stores,
+// while the process's own journal is emptied and removed as usual (it does
+// not grow for the rest of the process's life).
+func TestAuditJournalSetsAsideWhatTheStoreRefused(t *testing.T) {
+	be := storetest.Backends(t)[0]
+	ctx := context.Background()
+	url := be.NewURL(t)
+	st, err := sqlstore.Open(ctx, url, sqlstore.Options{Migrate: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	st.Close() // every write fails from here on
+	dir := t.TempDir()
+	m := newMetrics(prometheus.NewRegistry())
+	a := newAuditWriter(st, nil, slog.New(slog.DiscardHandler), m, 4)
+	j, err := openAuditJournal(dir, a.enqueue)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a.journal = j
+	for i := range 3 {
+		now := time.Now().UTC()
+		a.add(auditEntry{project: "p1", bot: "Bot/b", requester: "ClientApplication/c", outcome: "0", desc: strconv.Itoa(i), start: now, end: now})
+	}
+	a.close()
+	if d := testutil.ToFloat64(m.auditDropped); d != 3 {
+		t.Fatalf("%v events counted as not written, want 3", d)
+	}
+	if _, err := os.Stat(j.path); !os.IsNotExist(err) {
+		t.Fatalf("the process's journal was kept: %v", err)
+	}
+	aside, _ := filepath.Glob(filepath.Join(dir, "audit-*.journal"))
+	if len(aside) == 0 {
+		t.Fatal("nothing set aside")
+	}
+
+	again := openTestStoreURL(t, url)
+	if n, err := recoverAuditJournals(ctx, dir, again); err != nil || n != 3 {
+		t.Fatalf("recovered %d, %v; want 3", n, err)
+	}
+	if got := auditEvents(t, again, "p1"); len(got) != 3 {
+		t.Fatalf("%d AuditEvents stored at the next start, want 3", len(got))
 	}
 }

@@ -183,7 +183,7 @@ func New(cfg Config) (*Service, error) {
 		if n > 0 {
 			s.log.Info("bot audit events recovered from a journal", "count", n)
 		}
-		j, err := openAuditJournal(cfg.AuditJournalDir, s.audits.ch)
+		j, err := openAuditJournal(cfg.AuditJournalDir, s.audits.enqueue)
 		if err != nil {
 			s.audits.close()
 			return nil, fmt.Errorf("bots: audit journal: %w", err)

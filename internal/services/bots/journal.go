@@ -36,10 +36,11 @@ import (
 type auditJournal struct {
 	f    *os.File
 	path string
+	dir  string
 	in   chan journalWrite
 	// out receives the entries once they are on disk: the audit writer's
-	// queue.
-	out  chan<- auditEntry
+	// queue (auditWriter.enqueue).
+	out  func(auditEntry)
 	done chan struct{}
 	// written counts the entries in the file; stored, those the writer has
 	// committed to the store. When they are equal, nothing in the file is
@@ -85,7 +86,7 @@ func (r *journalRecord) entry() auditEntry {
 const journalTruncateBytes = 4 << 20
 
 // openAuditJournal creates this process's journal in dir.
-func openAuditJournal(dir string, out chan<- auditEntry) (*auditJournal, error) {
+func openAuditJournal(dir string, out func(auditEntry)) (*auditJournal, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, err
 	}
@@ -98,7 +99,7 @@ func openAuditJournal(dir string, out chan<- auditEntry) (*auditJournal, error) 
 		f.Close()
 		return nil, fmt.Errorf("lock %s: %w", path, err)
 	}
-	j := &auditJournal{f: f, path: path, in: make(chan journalWrite, auditQueue), out: out, done: make(chan struct{})}
+	j := &auditJournal{f: f, path: path, dir: dir, in: make(chan journalWrite, auditQueue), out: out, done: make(chan struct{})}
 	go j.run()
 	return j, nil
 }
@@ -137,23 +138,21 @@ func (j *auditJournal) run() {
 		}
 		buf = buf[:0]
 		for i := range batch {
-			line, err := json.Marshal(recordOf(&batch[i].e))
-			if err != nil {
-				// Plain strings and times: cannot happen.
-				panic(err)
-			}
-			buf = append(append(buf, line...), '\n')
+			buf = appendRecord(buf, &batch[i].e)
 		}
 		_, err := j.f.Write(buf)
 		if err == nil {
 			err = j.f.Sync()
 		}
-		if err == nil {
+		if err != nil {
+			// No torn line before the next append.
+			_ = j.f.Truncate(j.size)
+		} else {
 			j.size += int64(len(buf))
 			j.written.Add(int64(len(batch)))
 			for i := range batch {
 				batch[i].e.journaled = true
-				j.out <- batch[i].e
+				j.out(batch[i].e)
 			}
 		}
 		for i := range batch {
@@ -162,8 +161,48 @@ func (j *auditJournal) run() {
 	}
 }
 
+// appendRecord appends e's journal line to buf.
+func appendRecord(buf []byte, e *auditEntry) []byte {
+	line, err := json.Marshal(recordOf(e))
+	if err != nil {
+		// Plain strings and times: cannot happen.
+		panic(err)
+	}
+	return append(append(buf, line...), '\n')
+}
+
 // storedEntries tells the journal that n of its entries are in the store.
 func (j *auditJournal) storedEntries(n int) { j.stored.Add(int64(n)) }
+
+// setAside keeps entries the store refused in a journal file of their own,
+// which no process holds, so that the next start on the directory stores
+// them, and counts them as done here: this journal can then still be
+// emptied. When even that fails, they stay counted as not stored, and this
+// journal is kept whole until the process ends.
+func (j *auditJournal) setAside(entries []auditEntry) error {
+	var buf []byte
+	for i := range entries {
+		buf = appendRecord(buf, &entries[i])
+	}
+	path := filepath.Join(j.dir, "audit-"+uuid.NewString()+".journal")
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600)
+	if err != nil {
+		return err
+	}
+	_, err = f.Write(buf)
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		os.Remove(path)
+		return err
+	}
+	j.storedEntries(len(entries))
+	return nil
+}
 
 // close stops the journal once what it was given is on disk and handed on;
 // the caller closes the writer's queue after it. The file is removed when
