@@ -228,3 +228,21 @@ type ModuleArtifacts interface {
 	// is kept already.
 	PutModuleArtifact(ctx context.Context, a *ModuleArtifact) error
 }
+
+// Replicas is implemented by stores that several processes may share
+// (sqlstore): it tells which replicas are running and which deployed
+// modules each holds ready, so that a deploy can answer once the others can
+// run the new module without compiling or loading it (docs/decisions.md 56).
+type Replicas interface {
+	// ReplicaAlive records that replica was running at at, and forgets
+	// the replicas (and their modules) not seen since forgetBefore.
+	ReplicaAlive(ctx context.Context, replica string, at, forgetBefore time.Time) error
+	// ReplicaGone forgets replica and its modules (a clean shutdown).
+	ReplicaGone(ctx context.Context, replica string) error
+	// LiveReplicas are the replicas seen at or after since.
+	LiveReplicas(ctx context.Context, since time.Time) ([]string, error)
+	// ModuleReady records that replica holds the module of moduleHash.
+	ModuleReady(ctx context.Context, replica, moduleHash string, at time.Time) error
+	// ModuleReadyOn are the replicas that hold the module of moduleHash.
+	ModuleReadyOn(ctx context.Context, moduleHash string) ([]string, error)
+}

@@ -48,6 +48,7 @@ func Run(t *testing.T, newStore func(t *testing.T) store.Store) {
 		{"SearchSingleValuedShapes", testSearchSingleValuedShapes},
 		{"TotalsFollowWrites", testTotalsFollowWrites},
 		{"SearchComposite", testSearchComposite},
+		{"ReplicasAndReadyModules", testReplicas},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) { tc.fn(t, newStore(t)) })
@@ -718,5 +719,65 @@ func testCountHit(t *testing.T, s store.Store) {
 	time.Sleep(60 * time.Millisecond)
 	if n, _, err := s.CountHit(ctx, "10.0.0.3", 50*time.Millisecond); err != nil || n != 1 {
 		t.Errorf("first hit of the next window: %d, %v", n, err)
+	}
+}
+
+func testReplicas(t *testing.T, s store.Store) {
+	r, ok := s.(store.Replicas)
+	if !ok {
+		t.Skip("the store keeps no replicas")
+	}
+	ctx := context.Background()
+	now := time.Now()
+	long := now.Add(-time.Hour)
+	for _, id := range []string{"b", "a", "old"} {
+		at := now
+		if id == "old" {
+			at = now.Add(-time.Minute)
+		}
+		if err := r.ReplicaAlive(ctx, id, at, long); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Seen again: one row, the newer time.
+	if err := r.ReplicaAlive(ctx, "old", now.Add(-30*time.Second), long); err != nil {
+		t.Fatal(err)
+	}
+	live, err := r.LiveReplicas(ctx, now.Add(-10*time.Second))
+	if err != nil || strings.Join(live, ",") != "a,b" {
+		t.Fatalf("live = %v, %v; want a,b", live, err)
+	}
+	if live, _ := r.LiveReplicas(ctx, now.Add(-40*time.Second)); strings.Join(live, ",") != "a,b,old" {
+		t.Fatalf("live in the last 40 s = %v, want a,b,old", live)
+	}
+	for _, id := range []string{"a", "old", "a"} {
+		if err := r.ModuleReady(ctx, id, "h1", now); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if ready, err := r.ModuleReadyOn(ctx, "h1"); err != nil || strings.Join(ready, ",") != "a,old" {
+		t.Fatalf("ready on = %v, %v; want a,old", ready, err)
+	}
+	if ready, _ := r.ModuleReadyOn(ctx, "h2"); len(ready) != 0 {
+		t.Fatalf("h2 ready on %v, want none", ready)
+	}
+	// A beat forgets the replicas not seen for long, and their modules.
+	if err := r.ReplicaAlive(ctx, "b", now, now.Add(-10*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	if live, _ := r.LiveReplicas(ctx, time.Time{}); strings.Join(live, ",") != "a,b" {
+		t.Fatalf("after forgetting: live = %v, want a,b", live)
+	}
+	if ready, _ := r.ModuleReadyOn(ctx, "h1"); strings.Join(ready, ",") != "a" {
+		t.Fatalf("after forgetting: h1 ready on %v, want a", ready)
+	}
+	if err := r.ReplicaGone(ctx, "a"); err != nil {
+		t.Fatal(err)
+	}
+	if live, _ := r.LiveReplicas(ctx, time.Time{}); strings.Join(live, ",") != "b" {
+		t.Fatalf("after a left: live = %v, want b", live)
+	}
+	if ready, _ := r.ModuleReadyOn(ctx, "h1"); len(ready) != 0 {
+		t.Fatalf("after a left: h1 ready on %v, want none", ready)
 	}
 }

@@ -147,6 +147,9 @@ type Service struct {
 	audits  *auditWriter
 	parsed  parsedCache
 	warmer  *moduleWarmer
+	// presence tells the other replicas which modules this one holds, and
+	// lets a deploy wait for them; nil when the store has no replicas.
+	presence *replicaPresence
 	// artifacts shares compiled modules between replicas; nil when the
 	// store cannot.
 	artifacts *artifacts
@@ -190,6 +193,9 @@ func New(cfg Config) (*Service, error) {
 		}
 		s.audits.journal = j
 	}
+	if st, ok := cfg.Store.(store.Replicas); ok && cfg.Runtime != nil {
+		s.presence = newReplicaPresence(st, cfg.Log, cfg.Registerer)
+	}
 	s.warmer = newModuleWarmer(s, cfg.Registerer)
 	if cfg.Jobs != nil {
 		cfg.Jobs.Handle(executeJobKind, executeQueue, s.runJob)
@@ -217,6 +223,9 @@ func (s *Service) Changed(changes []store.Change) {
 func (s *Service) Close() {
 	s.audits.close()
 	s.warmer.close()
+	if s.presence != nil {
+		s.presence.close()
+	}
 }
 
 // AuthorizeExecute decides, before anything of the request is read,

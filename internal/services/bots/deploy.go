@@ -40,7 +40,8 @@ type Deploy struct {
 // is the caller's 400), keeps it as a Binary in the Bot's project and
 // points Bot.executableCode at it with the code's hash, in one transaction,
 // as the caller's writes. The other replicas hear of the changed Bot and
-// compile it in the background (Changed).
+// load or compile its module in the background (Changed); Deploy answers
+// once every live replica holds it, or after deployReadyWait.
 func (s *Service) Deploy(ctx context.Context, d Deploy) error {
 	p := d.Caller
 	if err := s.AuthorizeDeploy(p); err != nil {
@@ -106,7 +107,7 @@ func (s *Service) deployJS(ctx context.Context, p *principal.Principal, rec *fhi
 // transaction. Both are the caller's writes, through the FHIR service's
 // rules like any other of theirs.
 func (s *Service) storeDeployedCode(ctx context.Context, p *principal.Principal, rec *fhir.Record, contentType string, code []byte, filename, hash string) error {
-	return s.fhir.InTx(ctx, func(tx *fhirservice.Service) error {
+	err := s.fhir.InTx(ctx, func(tx *fhirservice.Service) error {
 		// In the Bot's project, where executions read it: a super admin
 		// deploying another project's Bot would otherwise keep it in its
 		// own (meta.project is the server's for everyone else, and the
@@ -127,6 +128,13 @@ func (s *Service) storeDeployedCode(ctx context.Context, p *principal.Principal,
 		})
 		return err
 	})
+	if err == nil && s.presence != nil {
+		// The other replicas hear of the changed Bot and load its module
+		// from the artifact stored by the compile above: the caller hears
+		// of the deploy once they can run it (docs/decisions.md 56).
+		s.presence.await(ctx, hash)
+	}
+	return err
 }
 
 var errDeployMedia = fhir.Errorf(fhir.EUnsupportedMedia, "Unsupported media type: $deploy takes application/wasm or JSON {code, filename}")

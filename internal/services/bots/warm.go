@@ -117,6 +117,7 @@ func (w *moduleWarmer) warm(ctx context.Context, id string) string {
 		return "none"
 	}
 	if _, ok := s.heldModule(bot); ok {
+		s.moduleReady(ctx, bot)
 		return "held"
 	}
 	start := time.Now()
@@ -132,5 +133,14 @@ func (w *moduleWarmer) warm(ctx context.Context, id string) string {
 		return "failed"
 	}
 	s.log.Info("bot module compiled in the background", "bot", id, "duration", time.Since(start))
+	s.moduleReady(ctx, bot)
 	return "compiled"
+}
+
+// moduleReady tells the other replicas that this one holds bot's module
+// (a deploy elsewhere may be waiting for it).
+func (s *Service) moduleReady(ctx context.Context, bot fhir.Resource) {
+	if s.presence != nil {
+		s.presence.ready(ctx, deployedHash(bot))
+	}
 }

@@ -1,0 +1,165 @@
+package bots
+
+import (
+	"context"
+	"log/slog"
+	"slices"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/sandbot/sandbot/store"
+)
+
+// Timing of the replicas' presence (docs/decisions.md 56).
+const (
+	// replicaBeat is how often a replica records that it runs.
+	replicaBeat = time.Second
+	// replicaLive is how long after its last beat a replica is waited for:
+	// one that stopped beating (killed, or frozen) holds a deploy at most
+	// this long.
+	replicaLive = 4 * time.Second
+	// replicaForget is when a replica that stopped beating, and the modules
+	// it held, are deleted.
+	replicaForget = time.Hour
+	// deployReadyWait bounds how long a deploy waits for the other live
+	// replicas to hold its module; after it, the deploy answers anyway
+	// (a replica still not ready loads the module on its first execution).
+	deployReadyWait = 10 * time.Second
+	// deployReadyPoll is how often a waiting deploy looks again.
+	deployReadyPoll = 10 * time.Millisecond
+)
+
+// replicaPresence tells the other replicas on the database that this
+// process runs and which deployed modules it holds, and lets a deploy wait
+// until every live replica holds the module it deployed: a module deployed
+// anywhere is then ready everywhere before its deployer's caller hears of
+// it, and the first execution on any replica compiles and loads nothing.
+type replicaPresence struct {
+	st  store.Replicas
+	id  string
+	log *slog.Logger
+
+	waited   prometheus.Histogram
+	notReady prometheus.Counter
+
+	stop chan struct{}
+	done chan struct{}
+}
+
+func newReplicaPresence(st store.Replicas, log *slog.Logger, reg prometheus.Registerer) *replicaPresence {
+	p := &replicaPresence{st: st, id: uuid.NewString(), log: log, stop: make(chan struct{}), done: make(chan struct{}),
+		waited: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "sandbot_bot_deploy_replica_wait_seconds",
+			Help:    "Time a deploy waited, after its code was stored, for every other live replica to hold the module.",
+			Buckets: []float64{.001, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10},
+		}),
+		notReady: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "sandbot_bot_deploy_replicas_not_ready_total",
+			Help: "Replicas that did not hold a deployed module when its deploy stopped waiting for them (they load it on its first execution there).",
+		}),
+	}
+	if reg != nil {
+		reg.MustRegister(p.waited, p.notReady)
+	}
+	p.beat() // seen before the first deploy can wait for it
+	go p.run()
+	return p
+}
+
+func (p *replicaPresence) beat() {
+	ctx, cancel := context.WithTimeout(context.Background(), replicaBeat)
+	defer cancel()
+	now := time.Now()
+	if err := p.st.ReplicaAlive(ctx, p.id, now, now.Add(-replicaForget)); err != nil {
+		p.log.Warn("replica presence: beat", "err", err)
+	}
+}
+
+func (p *replicaPresence) run() {
+	defer close(p.done)
+	t := time.NewTicker(replicaBeat)
+	defer t.Stop()
+	for {
+		select {
+		case <-p.stop:
+			return
+		case <-t.C:
+			p.beat()
+		}
+	}
+}
+
+// close stops beating and forgets this replica, so that no deploy waits
+// for it.
+func (p *replicaPresence) close() {
+	close(p.stop)
+	<-p.done
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := p.st.ReplicaGone(ctx, p.id); err != nil {
+		p.log.Warn("replica presence: leave", "err", err)
+	}
+}
+
+// ready records that this replica holds the module of hash.
+func (p *replicaPresence) ready(ctx context.Context, hash string) {
+	if hash == "" {
+		return
+	}
+	if err := p.st.ModuleReady(ctx, p.id, hash, time.Now()); err != nil {
+		p.log.Warn("replica presence: module ready", "module", hash, "err", err)
+	}
+}
+
+// await waits until every other live replica holds the module of hash, or
+// deployReadyWait has passed, or ctx ends. The code is deployed already:
+// nothing here fails the deploy; a replica not ready is logged and counted.
+func (p *replicaPresence) await(ctx context.Context, hash string) {
+	start := time.Now()
+	deadline := start.Add(deployReadyWait)
+	var missing []string
+	defer func() {
+		p.waited.Observe(time.Since(start).Seconds())
+		if len(missing) > 0 {
+			p.notReady.Add(float64(len(missing)))
+			p.log.Warn("deploy answered before every replica held the module", "module", hash, "replicas", missing, "waited", time.Since(start))
+		}
+	}()
+	for {
+		var err error
+		if missing, err = p.missing(ctx, hash); err != nil {
+			p.log.Warn("replica presence: deploy wait", "module", hash, "err", err)
+			return
+		}
+		if len(missing) == 0 || !time.Now().Before(deadline) {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(deployReadyPoll):
+		}
+	}
+}
+
+// missing are the live replicas other than this one that do not hold the
+// module of hash.
+func (p *replicaPresence) missing(ctx context.Context, hash string) ([]string, error) {
+	live, err := p.st.LiveReplicas(ctx, time.Now().Add(-replicaLive))
+	if err != nil {
+		return nil, err
+	}
+	ready, err := p.st.ModuleReadyOn(ctx, hash)
+	if err != nil {
+		return nil, err
+	}
+	var out []string
+	for _, id := range live {
+		if id != p.id && !slices.Contains(ready, id) {
+			out = append(out, id)
+		}
+	}
+	return out, nil
+}
