@@ -214,10 +214,12 @@ func Open(ctx context.Context, databaseURL string, opts Options) (*Store, error)
 		// then copied to the database once instead of at every checkpoint.
 		q.Add("_pragma", "wal_autocheckpoint(4096)")
 		q.Set("_txlock", "immediate")
-		db, err = sqlx.Open("sqlite", "file:"+databaseURL+"?"+q.Encode())
+		registerSQLiteDriver()
+		sqlDB, err := sql.Open(sqliteDriverName, "file:"+databaseURL+"?"+q.Encode())
 		if err != nil {
 			return nil, fmt.Errorf("open sqlite: %w", err)
 		}
+		db = sqlx.NewDb(sqlDB, "sqlite")
 		// Readers run beside the writer in WAL mode; the pool must hold the
 		// server's concurrent requests plus the background writers without
 		// making requests queue for a connection (8 did, under 8 clients).
