@@ -2,15 +2,18 @@ package fhirapi_test
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/google/uuid"
 
+	"github.com/sandbot/sandbot/fhir"
 	"github.com/sandbot/sandbot/internal/mllp"
 	"github.com/sandbot/sandbot/internal/servertest"
 	"github.com/sandbot/sandbot/internal/services/hl7feed"
+	"github.com/sandbot/sandbot/store"
 )
 
 // TestHL7FeedApplicationModeResend: on a channel in application mode, a
@@ -92,4 +95,51 @@ func TestHL7FeedApplicationModeResend(t *testing.T) {
 			t.Errorf("duplicates metric %v, want 4", v)
 		}
 	}, mllpOptions(project, nil))
+}
+
+// TestHL7FeedManyAgents: the Agent whose channel names the listener's port
+// is found among more Agents than a page of the lookup (1,000), and after
+// the first 100 in any order.
+func TestHL7FeedManyAgents(t *testing.T) {
+	t.Parallel()
+	project := uuid.NewString()
+	servertest.ForEachBackend(t, func(t *testing.T, s *servertest.Server) {
+		f := newFeedFor(t, s, project, "")
+		// 1,001 Agents before the feed's in the order of ids ("0-…" sorts
+		// before any UUID) and of lastUpdated (the feed's is written again
+		// after them).
+		var others []fhir.Resource
+		for i := range 1001 {
+			others = append(others, fhir.Resource{"resourceType": "Agent", "id": fmt.Sprintf("0-other-%04d", i),
+				"name": fmt.Sprintf("other %d", i), "status": "active"})
+		}
+		if err := s.Store.CreateMany(context.Background(), others, store.Write{Project: project,
+			Author: fhir.Reference{Reference: "ClientApplication/test"}}); err != nil {
+			t.Fatal(err)
+		}
+		agent := agentNamed(t, f, "feed")
+		r := f.c.Do("GET", "fhir/R4/Agent/"+agent, nil, "").JSON()
+		r["identifier"] = []any{map[string]any{"value": "written again"}}
+		if put := f.c.Do("PUT", "fhir/R4/Agent/"+agent, r, "application/fhir+json"); put.Status != 200 {
+			t.Fatalf("PUT Agent: %d %s", put.Status, put.Body)
+		}
+		c := dialMLLP(t, f.addr)
+		if code, ctl, ack := c.send(mllp.Frame(adt("MANY1", "P1"))); code != "AA" || ctl != "MANY1" {
+			t.Fatalf("MANY1: %s %s %q", code, ctl, ack.Bytes())
+		}
+		if got := recorded(t, f.c, 1); len(got) != 1 || !strings.HasPrefix(got[0], "MANY1 ") {
+			t.Fatalf("the bot recorded %q", got)
+		}
+	}, mllpOptions(project, nil))
+}
+
+// agentNamed is the id of the feed's Agent of that name.
+func agentNamed(t *testing.T, f *feed, name string) string {
+	t.Helper()
+	res := f.c.Do("GET", "fhir/R4/Agent?name="+name, nil, "").JSON()
+	entries, _ := res["entry"].([]any)
+	if len(entries) != 1 {
+		t.Fatalf("agents named %s: %v", name, res)
+	}
+	return servertest.Field(entries[0], "resource", "id").(string)
 }

@@ -842,6 +842,52 @@ func (s *Service) ackWith(m *hl7.Message, code, text string, e *hl7.AckError) []
 	return a.Bytes()
 }
 
+// agentPage is how many Agents a channel's lookup reads at once, and
+// maxAgents how many it reads at most (the search's offset ends at
+// fhir.MaxOffset): a project with more has no channel, an AE that says so,
+// rather than one found among some of its Agents.
+const (
+	agentPage = 1000
+	maxAgents = 10 * agentPage
+)
+
+// agents reads the project's Agents, every one of them up to maxAgents, by
+// pages in the order of their ids, which an update does not change. An
+// Agent created or deleted during the walk may shift the next page by one:
+// one read twice is read once; one left out is read by the next lookup.
+func (s *Service) agents(ctx context.Context, scope store.Scope) ([]fhir.Resource, error) {
+	var out []fhir.Resource
+	seen := map[string]bool{}
+	for offset := 0; ; offset += agentPage {
+		req, err := fhir.ParseSearch("Agent", "_sort=_id&_count="+strconv.Itoa(agentPage)+"&_offset="+strconv.Itoa(offset))
+		if err != nil {
+			return nil, err
+		}
+		res, err := s.store.Search(ctx, scope, req)
+		if err != nil {
+			return nil, err
+		}
+		for i := range res.Records {
+			rec := &res.Records[i]
+			if seen[rec.ID] {
+				continue
+			}
+			seen[rec.ID] = true
+			a, err := rec.Resource()
+			if err != nil {
+				return nil, err
+			}
+			out = append(out, a)
+		}
+		if !res.More {
+			return out, nil
+		}
+		if offset+agentPage >= maxAgents {
+			return nil, fmt.Errorf("the project has more than %d Agents", maxAgents)
+		}
+	}
+}
+
 // channel is the listener's channel: the project's Agent (not off) with a
 // channel whose Endpoint's mllp:// address has the listener's port, and its
 // Bot. Read again after channelCacheTTL.
@@ -854,7 +900,7 @@ func (s *Service) channel(ctx context.Context, l *listener) (*channel, error) {
 	}
 	l.mu.Unlock()
 	scope := store.ProjectScope(l.Project)
-	agents, err := store.SearchResources(ctx, s.store, scope, "Agent", "_count=100")
+	agents, err := s.agents(ctx, scope)
 	if err != nil {
 		return nil, err
 	}
