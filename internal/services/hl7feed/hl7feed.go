@@ -18,9 +18,11 @@
 // A channel in application mode (AckModeExtension) keeps its messages in
 // the same way, then answers with the ACK its bot returned, once the
 // message's task has run (on any replica), or AE when the bot failed or did
-// not answer within its timeout. A message whose bot failed for good is
-// written as an AsyncJob (type hl7-message, status error) that the
-// project's admins list and run again (Rerun).
+// not answer within its timeout; that answer is kept with the message's
+// deduplication count, and a resend within the window gets it again (or
+// waits for the run as the first sending did). A message whose bot failed
+// for good is written as an AsyncJob (type hl7-message, status error) that
+// the project's admins list and run again (Rerun).
 //
 // A listener may speak MLLP over TLS (Listener.TLS, from the operator's
 // certificate files). It uses net for MLLP's TCP but knows nothing of
