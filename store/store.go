@@ -130,6 +130,16 @@ type Store interface {
 	// database shares the counters (the auth rate limit holds across
 	// replicas).
 	CountHit(ctx context.Context, key string, window time.Duration) (hits int64, ends time.Time, err error)
+	// CountHitValue is CountHit that also returns the value kept with the
+	// key's current window: "" in a window that begins with this hit, else
+	// what SetHitValue last kept in it.
+	CountHitValue(ctx context.Context, key string, window time.Duration) (hits int64, ends time.Time, value string, err error)
+	// SetHitValue keeps value with key's current window if the value kept
+	// there is still old, and reports whether it did. A window that has
+	// ended (or was never begun) is not written, so a writer whose window
+	// ended, or was forgotten and began again, cannot write into the next
+	// one. The value goes with its window when ended windows are deleted.
+	SetHitValue(ctx context.Context, key, old, value string) (bool, error)
 	// Ping checks that the store answers.
 	Ping(ctx context.Context) error
 	// Close releases the store.

@@ -390,11 +390,13 @@ func parseChange(payload string) (store.Change, bool) {
 	return store.Change{Seq: seq, ResourceType: f[1], ID: f[2], Project: f[3]}, true
 }
 
-// ForgetHit ends key's current window: the next CountHit of key is its
-// first. (An HL7 message answered AE after it was counted as seen is sent
+// ForgetHit ends key's window that ends at ends (as CountHit answered
+// it): the next CountHit of key is its first. A later window of key is
+// kept, so that forgetting one sending of an HL7 message never forgets the
+// next. (An HL7 message answered AE after it was counted as seen is sent
 // again as a new one.)
-func (s *Store) ForgetHit(ctx context.Context, key string) error {
-	_, err := s.q.ExecContext(ctx, s.rebind(`DELETE FROM rate_counts WHERE key = ?`), key)
+func (s *Store) ForgetHit(ctx context.Context, key string, ends time.Time) error {
+	_, err := s.q.ExecContext(ctx, s.rebind(`DELETE FROM rate_counts WHERE key = ? AND expires_at = ?`), key, ends.UnixMilli())
 	return err
 }
 
@@ -402,20 +404,29 @@ func (s *Store) ForgetHit(ctx context.Context, key string) error {
 // number of processes are all counted. Ended windows are deleted now and
 // then.
 func (s *Store) CountHit(ctx context.Context, key string, window time.Duration) (int64, time.Time, error) {
+	hits, ends, _, err := s.CountHitValue(ctx, key, window)
+	return hits, ends, err
+}
+
+// CountHitValue implements store.Store: CountHit's upsert, which empties
+// the value when it begins a window.
+func (s *Store) CountHitValue(ctx context.Context, key string, window time.Duration) (int64, time.Time, string, error) {
 	now := s.now()
 	start, ends := now.UnixMilli(), now.Add(window).UnixMilli()
 	var out struct {
-		Hits    int64 `db:"hits"`
-		Expires int64 `db:"expires_at"`
+		Hits    int64  `db:"hits"`
+		Expires int64  `db:"expires_at"`
+		Value   string `db:"value"`
 	}
-	err := sqlx.GetContext(ctx, s.q, &out, s.rebind(`INSERT INTO rate_counts (key, window_start, hits, expires_at) VALUES (?, ?, 1, ?)
+	err := sqlx.GetContext(ctx, s.q, &out, s.rebind(`INSERT INTO rate_counts (key, window_start, hits, expires_at, value) VALUES (?, ?, 1, ?, '')
 		ON CONFLICT (key) DO UPDATE SET
 			hits = CASE WHEN rate_counts.expires_at <= excluded.window_start THEN 1 ELSE rate_counts.hits + 1 END,
 			window_start = CASE WHEN rate_counts.expires_at <= excluded.window_start THEN excluded.window_start ELSE rate_counts.window_start END,
-			expires_at = CASE WHEN rate_counts.expires_at <= excluded.window_start THEN excluded.expires_at ELSE rate_counts.expires_at END
-		RETURNING hits, expires_at`), key, start, ends)
+			expires_at = CASE WHEN rate_counts.expires_at <= excluded.window_start THEN excluded.expires_at ELSE rate_counts.expires_at END,
+			value = CASE WHEN rate_counts.expires_at <= excluded.window_start THEN '' ELSE rate_counts.value END
+		RETURNING hits, expires_at, value`), key, start, ends)
 	if err != nil {
-		return 0, time.Time{}, fmt.Errorf("count hit: %w", err)
+		return 0, time.Time{}, "", fmt.Errorf("count hit: %w", err)
 	}
 	if sec := now.Unix(); s.rateSwept.Load() < sec-60 {
 		s.rateSwept.Store(sec)
@@ -423,5 +434,16 @@ func (s *Store) CountHit(ctx context.Context, key string, window time.Duration) 
 			s.log.Warn("rate counts: prune", "err", err)
 		}
 	}
-	return out.Hits, time.UnixMilli(out.Expires), nil
+	return out.Hits, time.UnixMilli(out.Expires), out.Value, nil
+}
+
+// SetHitValue implements store.Store: one conditional update.
+func (s *Store) SetHitValue(ctx context.Context, key, old, value string) (bool, error) {
+	res, err := s.q.ExecContext(ctx, s.rebind(`UPDATE rate_counts SET value = ? WHERE key = ? AND value = ? AND expires_at > ?`),
+		value, key, old, s.now().UnixMilli())
+	if err != nil {
+		return false, fmt.Errorf("set hit value: %w", err)
+	}
+	n, err := res.RowsAffected()
+	return n == 1, err
 }

@@ -40,6 +40,7 @@ func Run(t *testing.T, newStore func(t *testing.T) store.Store) {
 		{"AnyOfGroups", testAnyOf},
 		{"ChangesAnnouncedAtCommit", testChanges},
 		{"CountHitIsShared", testCountHit},
+		{"HitValueIsKeptWithItsWindow", testHitValue},
 		{"SearchReference", testSearchReference},
 		{"SearchNumberQuantityURI", testSearchNumberQuantityURI},
 		{"SearchSortByParameter", testSearchSortByParameter},
@@ -674,6 +675,51 @@ func testChanges(t *testing.T, s store.Store) {
 		if !seqs[i] {
 			t.Errorf("sequence numbers are not consecutive from %d: %+v", c.Seq, log.got)
 		}
+	}
+}
+
+// testHitValue: a value kept with a window is returned by the window's next
+// hits, in the transaction that kept it and outside; it is replaced only
+// if it is still the one expected; a window that ended takes no value and
+// its successor begins with none.
+func testHitValue(t *testing.T, s store.Store) {
+	ctx := context.Background()
+	if n, _, v, err := s.CountHitValue(ctx, "k", 80*time.Millisecond); err != nil || n != 1 || v != "" {
+		t.Fatalf("first hit: %d %q %v", n, v, err)
+	}
+	err := s.InTx(ctx, func(tx store.Store) error {
+		if ok, err := tx.SetHitValue(ctx, "k", "", "task 1"); err != nil || !ok {
+			t.Errorf("set: %v %v", ok, err)
+		}
+		if n, _, v, err := tx.CountHitValue(ctx, "k", 80*time.Millisecond); err != nil || n != 2 || v != "task 1" {
+			t.Errorf("in the transaction: %d %q %v", n, v, err)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ok, err := s.SetHitValue(ctx, "k", "task 2", "answer 2"); err != nil || ok {
+		t.Errorf("set over another value: %v %v", ok, err)
+	}
+	if ok, err := s.SetHitValue(ctx, "k", "task 1", "answer 1"); err != nil || !ok {
+		t.Errorf("set over the value expected: %v %v", ok, err)
+	}
+	if n, _, v, err := s.CountHitValue(ctx, "k", 80*time.Millisecond); err != nil || n != 3 || v != "answer 1" {
+		t.Errorf("third hit: %d %q %v", n, v, err)
+	}
+	if n, _, err := s.CountHit(ctx, "k", 80*time.Millisecond); err != nil || n != 4 {
+		t.Errorf("CountHit of a key with a value: %d %v", n, err)
+	}
+	if ok, err := s.SetHitValue(ctx, "never counted", "", "x"); err != nil || ok {
+		t.Errorf("set on no window: %v %v", ok, err)
+	}
+	time.Sleep(100 * time.Millisecond)
+	if ok, err := s.SetHitValue(ctx, "k", "answer 1", "late"); err != nil || ok {
+		t.Errorf("set on an ended window: %v %v", ok, err)
+	}
+	if n, _, v, err := s.CountHitValue(ctx, "k", 80*time.Millisecond); err != nil || n != 1 || v != "" {
+		t.Errorf("first hit of the next window: %d %q %v", n, v, err)
 	}
 }
 

@@ -42,7 +42,8 @@ func ackModeExt(mode string) []any {
 // AE when the bot throws, when it runs past its timeout, or when its answer
 // is not HL7, and the connection goes on; a message that failed is sent
 // again as a new one (the bot runs again), while a resend of one that was
-// handled is a duplicate (AA, not run again). An unknown mode is AE.
+// handled is a duplicate (the bot's ACK again, not run again). An unknown
+// mode is AE.
 func TestHL7FeedApplicationMode(t *testing.T) {
 	// Slow (sockets, bots that time out) and independent.
 	t.Parallel()
@@ -68,11 +69,11 @@ func TestHL7FeedApplicationMode(t *testing.T) {
 			t.Fatalf("TEXT1: %s %q", code, ack.Bytes())
 		}
 		// The failed message sent again runs again (and fails again); the
-		// handled one sent again is a duplicate: AA, not run.
+		// handled one sent again is a duplicate: the bot's ACK, not run.
 		if code, _, _ := c.send(mllp.Frame(adt("FAIL1", "P1"))); code != "AE" {
 			t.Fatalf("FAIL1 again: %s", code)
 		}
-		if code, ctl, ack := c.send(mllp.Frame(adt("APP1", "P1"))); code != "AA" || ctl != "APP1" || ack.Value("MSH-3") == "BOT" {
+		if code, ctl, ack := c.send(mllp.Frame(adt("APP1", "P1"))); code != "AA" || ctl != "APP1" || ack.Value("MSA-3") != "handled by the bot" {
 			t.Fatalf("APP1 again: %s %s %q", code, ctl, ack.Bytes())
 		}
 		if code, ctl, ack := c.send(mllp.Frame(adt("APP2", "P2"))); code != "AA" || ctl != "APP2" || ack.Value("MSA-3") != "handled by the bot" {
@@ -252,7 +253,9 @@ func TestHL7FeedWithMedplumCLI(t *testing.T) {
 // message's bot, and the first sends the bot's ACK, read from the task's
 // recorded output. A message whose wait ended before any replica ran it
 // (AE: kept) and whose bot then failed stays a failed message to run
-// again; one whose failure was answered AE does not.
+// again; one whose failure was answered AE does not. A message whose wait
+// ended before it ran, sent again, gets the bot's ACK once it has run on
+// the other replica.
 func TestHL7FeedApplicationModeAcrossReplicas(t *testing.T) {
 	t.Parallel()
 	for _, b := range storetest.Backends(t) {
@@ -268,7 +271,13 @@ func TestHL7FeedApplicationModeAcrossReplicas(t *testing.T) {
 			if code, _, ack := c.send(mllp.Frame(adt("FAIL2", "P1"))); code != "AE" || !strings.Contains(ack.Value("MSA-3"), "kept") {
 				t.Fatalf("FAIL2: %s %q", code, ack.Bytes())
 			}
+			if code, _, ack := c.send(mllp.Frame(adt("REP0", "P1"))); code != "AE" || !strings.Contains(ack.Value("MSA-3"), "kept") {
+				t.Fatalf("REP0: %s %q", code, ack.Bytes())
+			}
 			runner := servertest.StartURL(t, b.Name, url, mllpOptions(project, nil))
+			if code, ctl, ack := c.send(mllp.Frame(adt("REP0", "P1"))); code != "AA" || ctl != "REP0" || ack.Value("MSA-3") != "handled by the bot" {
+				t.Fatalf("REP0 again: %s %s %q", code, ctl, ack.Bytes())
+			}
 			code, ctl, ack := c.send(mllp.Frame(adt("REP1", "P1")))
 			if code != "AA" || ctl != "REP1" || ack.Value("MSA-3") != "handled by the bot" {
 				t.Fatalf("REP1: %s %s %q", code, ctl, ack.Bytes())
@@ -287,8 +296,8 @@ func TestHL7FeedApplicationModeAcrossReplicas(t *testing.T) {
 				}
 				return n
 			}
-			if r, f := runs(runner), runs(front); r != 3 || f != 0 {
-				t.Errorf("bot runs: %v on the other replica, %v on the one with the connection; want 3 and 0", r, f)
+			if r, f := runs(runner), runs(front); r != 4 || f != 0 {
+				t.Errorf("bot runs: %v on the other replica, %v on the one with the connection; want 4 and 0", r, f)
 			}
 			// FAIL1's record is deleted once its AE is written.
 			var listed []string
@@ -308,6 +317,27 @@ func TestHL7FeedApplicationModeAcrossReplicas(t *testing.T) {
 			}
 			if strings.Join(listed, ",") != "FAIL2" {
 				t.Errorf("failed messages listed: %q, want FAIL2 only", listed)
+			}
+			// FAIL2 sent again: its sender hears of the failure now (AE, send
+			// again), so it is no longer a failed message to run again; sent
+			// once more, it is a new message and runs (and fails) again.
+			if code, _, ack := c.send(mllp.Frame(adt("FAIL2", "P1"))); code != "AE" || !strings.Contains(ack.Value("MSA-3"), "bot failed") {
+				t.Fatalf("FAIL2 again: %s %q", code, ack.Bytes())
+			}
+			// (Deleted once the AE is written.)
+			failed := -1
+			for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline) && failed != 0; time.Sleep(50 * time.Millisecond) {
+				entries, _ := f.c.Do("GET", "fhir/R4/AsyncJob?type=hl7-message&status=error", nil, "").JSON()["entry"].([]any)
+				failed = len(entries)
+			}
+			if failed != 0 {
+				t.Errorf("%d failed messages listed after FAIL2's resend was answered", failed)
+			}
+			if code, _, ack := c.send(mllp.Frame(adt("FAIL2", "P1"))); code != "AE" || !strings.Contains(ack.Value("MSA-3"), "bot failed") {
+				t.Fatalf("FAIL2 once more: %s %q", code, ack.Bytes())
+			}
+			if r := runs(runner); r != 5 {
+				t.Errorf("bot runs on the other replica: %v, want 5 (FAIL2's third sending ran)", r)
 			}
 		})
 	}

@@ -18,9 +18,11 @@
 // A channel in application mode (AckModeExtension) keeps its messages in
 // the same way, then answers with the ACK its bot returned, once the
 // message's task has run (on any replica), or AE when the bot failed or did
-// not answer within its timeout. A message whose bot failed for good is
-// written as an AsyncJob (type hl7-message, status error) that the
-// project's admins list and run again (Rerun).
+// not answer within its timeout; that answer is kept with the message's
+// deduplication count, and a resend within the window gets it again (or
+// waits for the run as the first sending did). A message whose bot failed
+// for good is written as an AsyncJob (type hl7-message, status error) that
+// the project's admins list and run again (Rerun).
 //
 // A listener may speak MLLP over TLS (Listener.TLS, from the operator's
 // certificate files). It uses net for MLLP's TCP but knows nothing of
@@ -36,6 +38,7 @@ import (
 	"log/slog"
 	"net"
 	"net/url"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -119,9 +122,10 @@ type Service struct {
 	wg        sync.WaitGroup
 
 	// waiters are the application-mode messages waiting for their task's
-	// first run on this process, by task id.
+	// first run on this process, by task id (a resend waits for the
+	// task of the message it repeats).
 	waitMu  sync.Mutex
-	waiters map[int64]chan appOutput
+	waiters map[int64][]chan appOutput
 }
 
 // appOutput is what a run of an application-mode message's task answers
@@ -133,8 +137,12 @@ type appOutput struct {
 	Error string `json:"error,omitempty"`
 	// Failed: the bot failed (it is not run again; the sender sends the
 	// message again). An Error without it: the bot ran, and answered no
-	// ACK.
+	// ACK, or (Transient) it could not run.
 	Failed bool `json:"failed,omitempty"`
+	// Transient: the bot could not run for a reason of the server's, and
+	// its task runs again. Such an answer is not kept for the message's
+	// resends: they wait for the answer of the run that follows.
+	Transient bool `json:"transient,omitempty"`
 	// Record is the failed message written for a failure (an AsyncJob),
 	// which the connection deletes once it has answered AE.
 	Record string `json:"record,omitempty"`
@@ -167,7 +175,7 @@ func New(cfg Config) *Service {
 		cfg.Log = slog.New(slog.DiscardHandler)
 	}
 	s := &Service{cfg: cfg, store: cfg.Store, log: cfg.Log, metrics: newMetrics(cfg.Registerer),
-		keeps: make(chan keepRequest, 1024), stop: make(chan struct{}), waiters: map[int64]chan appOutput{}}
+		keeps: make(chan keepRequest, 1024), stop: make(chan struct{}), waiters: map[int64][]chan appOutput{}}
 	cfg.Jobs.HandleTasks(taskKind, taskQueue, s.run)
 	return s
 }
@@ -183,14 +191,22 @@ const (
 type keepRequest struct {
 	project, key, control, partition string
 	payload                          []byte
-	done                             chan keepResult
+	// application: the message's task id is kept with its deduplication
+	// window, for a resend to find its answer (seenValue).
+	application bool
+	done        chan keepResult
 }
 
 type keepResult struct {
 	dup bool
 	// task is the id of the message's task (when it is not a duplicate).
 	task int64
-	err  error
+	// ends is when the message's deduplication window ends, and value what
+	// the window held when the message was counted (for a duplicate: the
+	// first sending's seenValue, if it was kept in application mode).
+	ends  time.Time
+	value string
+	err   error
 }
 
 // keep commits a message with its task (or finds it a duplicate) and
@@ -237,12 +253,15 @@ func (s *Service) keeper() {
 }
 
 // commit keeps a batch in one transaction: each message's duplicate count,
-// and the tasks of those that are new. If the transaction fails, every
-// message of the batch is answered AE, and none was kept.
+// the tasks of those that are new and, for those of an application-mode
+// channel, their task's id with their count (seenValue). If the transaction
+// fails, every message of the batch is answered AE, and none was kept.
 func (s *Service) commit(batch []keepRequest) {
 	s.metrics.batch.Observe(float64(len(batch)))
 	dups := make([]bool, len(batch))
 	ids := make([]int64, len(batch))
+	ends := make([]time.Time, len(batch))
+	values := make([]string, len(batch))
 	ctx, cancel := context.WithTimeout(context.Background(), time.Duration(s.cfg.Limits.MLLPReadSeconds)*time.Second)
 	defer cancel()
 	err := s.store.InTx(ctx, func(tx store.Store) error {
@@ -259,11 +278,11 @@ func (s *Service) commit(batch []keepRequest) {
 			if batch[i].control == "" {
 				continue
 			}
-			hits, _, err := tx.CountHit(ctx, batch[i].key, window)
+			hits, end, value, err := tx.CountHitValue(ctx, batch[i].key, window)
 			if err != nil {
 				return err
 			}
-			dups[i] = hits > 1
+			dups[i], ends[i], values[i] = hits > 1, end, value
 		}
 		tasks := make([]jobs.Task, 0, len(batch))
 		for i, r := range batch {
@@ -281,10 +300,28 @@ func (s *Service) commit(batch []keepRequest) {
 				ids[i], j = got[j], j+1
 			}
 		}
+		// An application-mode message's task, for its resends; a resend
+		// in the same batch counted before it was kept.
+		kept := map[string]string{}
+		for i, r := range batch {
+			if dups[i] || !r.application || r.control == "" {
+				continue
+			}
+			v := strconv.FormatInt(ids[i], 10)
+			if _, err := tx.SetHitValue(ctx, r.key, "", v); err != nil {
+				return err
+			}
+			kept[r.key] = v
+		}
+		for i, r := range batch {
+			if v, ok := kept[r.key]; ok && dups[i] && values[i] == "" {
+				values[i] = v
+			}
+		}
 		return nil
 	})
 	for i, r := range batch {
-		r.done <- keepResult{dup: dups[i], task: ids[i], err: err}
+		r.done <- keepResult{dup: dups[i], task: ids[i], ends: ends[i], value: values[i], err: err}
 	}
 }
 
@@ -539,7 +576,7 @@ func (s *Service) receive(l *listener, conn net.Conn, raw []byte, early func([]b
 	payload, _ := json.Marshal(task{Agent: ch.agent, Channel: ch.name, Bot: ch.bot, Message: string(raw), Control: ctl,
 		Received: received, Remote: conn.RemoteAddr().String(), Ack: code, Mode: mode, Partition: partition})
 	res := s.keep(keepRequest{project: l.Project, key: seenKey(ch.agent, ch.name, ctl), control: ctl,
-		partition: partition, payload: payload})
+		partition: partition, payload: payload, application: ch.application})
 	if res.err != nil {
 		s.log.Warn("mllp: message not kept", "addr", l.Addr, "control", ctl, "err", res.err)
 		return s.ack(m, "E", "The message could not be kept; send it again", &hl7.AckError{Code: 207})
@@ -549,13 +586,8 @@ func (s *Service) receive(l *listener, conn net.Conn, raw []byte, early func([]b
 	if dup {
 		s.metrics.duplicates.Inc()
 	}
-	if ch.application && !dup {
-		if code == "CA" {
-			if err := early(s.ack(m, "A", "", nil)); err != nil {
-				return nil
-			}
-		}
-		return s.applicationAck(l.Project, m, ch, res.task, received, early)
+	if ch.application {
+		return s.applicationAck(l.Project, m, ch, res, received, early)
 	}
 	return s.ack(m, code[1:], "", nil)
 }
@@ -565,50 +597,79 @@ func (s *Service) receive(l *listener, conn net.Conn, raw []byte, early func([]b
 // be fetched by a worker.
 const appStartGrace = time.Second
 
-// applicationAck waits, until the bot's timeout (and appStartGrace) from
-// the message's arrival, for the first run of its task to end (on this
-// process or another), and answers the ACK the bot returned; AE when the
-// bot failed, returned no HL7 message, or took longer (AE even in enhanced
-// mode: it is the application acknowledgement). A failed run is not
-// tried again (the sender, answered AE, sends the message again, and it is
-// a new one); a message still waiting or running when the time is up stays
-// kept, and runs.
-func (s *Service) applicationAck(project string, m *hl7.Message, ch *channel, id int64, received time.Time, early func([]byte) error) []byte {
-	deadline := received.Add(s.cfg.Bots.Timeout(context.Background(), project, ch.bot) + appStartGrace)
-	done := make(chan appOutput, 1)
-	s.waitMu.Lock()
-	s.waiters[id] = done
-	s.waitMu.Unlock()
-	defer func() {
-		s.waitMu.Lock()
-		delete(s.waiters, id)
-		s.waitMu.Unlock()
-	}()
-	timer := time.NewTimer(time.Until(deadline))
-	defer timer.Stop()
-	// Another replica's run is seen in its task's output.
-	poll := time.NewTicker(50 * time.Millisecond)
-	defer poll.Stop()
+// maxSeenAnswer bounds the answer kept with a message's deduplication
+// window (seenValue); a larger one is read from its task while the job
+// engine keeps it.
+const maxSeenAnswer = 64 << 10
+
+// seenValue is what the deduplication window of a message kept on an
+// application-mode channel holds: its task's id and, once its bot has
+// answered, that answer (appOutput's JSON) after a space. A resend finds
+// its first sending's answer there, or the task to wait for.
+func seenValue(task int64, out *appOutput) string {
+	v := strconv.FormatInt(task, 10)
+	if out != nil {
+		b, _ := json.Marshal(out)
+		v += " " + string(b)
+	}
+	return v
+}
+
+// parseSeen reads a seenValue; ok is false for a window that holds none
+// (its message was kept on a channel in commit mode).
+func parseSeen(v string) (task int64, out *appOutput, ok bool) {
+	id, answer, _ := strings.Cut(v, " ")
+	task, err := strconv.ParseInt(id, 10, 64)
+	if err != nil {
+		return 0, nil, false
+	}
+	if answer != "" {
+		var o appOutput
+		if json.Unmarshal([]byte(answer), &o) == nil {
+			out = &o
+		}
+	}
+	return task, out, true
+}
+
+// applicationAck answers a message kept on an application-mode channel:
+// CA at once when the sender asked for enhanced acknowledgements, then the
+// ACK the bot returned once the first run of the message's task ended (on
+// this process or another), waiting until the bot's timeout (and
+// appStartGrace) from the message's arrival; AE when the bot failed,
+// returned no HL7 message, or took longer (AE even in enhanced mode: it is
+// the application acknowledgement). A failed run is not tried again (the
+// sender, answered AE, sends the message again, and it is a new one); a
+// message still waiting or running when the time is up stays kept, and
+// runs.
+//
+// A resend within the deduplication window (res.dup) is not run again: it
+// gets its first sending's answer, kept with the window, or waits for that
+// sending's task as the first did. A resend of a message kept while the
+// channel was in commit mode gets what that one got, AA (CA).
+func (s *Service) applicationAck(project string, m *hl7.Message, ch *channel, res keepResult, received time.Time, early func([]byte) error) []byte {
+	id := res.task
 	var out appOutput
-	for got := false; !got; {
-		select {
-		case out = <-done:
-			got = true
-		case <-timer.C:
-			return s.ackWith(m, "AE", "No ACK from the bot within its timeout; the message is kept and runs", &hl7.AckError{Code: 207})
-		case <-s.stop:
-			return s.ackWith(m, "AE", "The server is stopping; the message is kept and runs", &hl7.AckError{Code: 207})
-		case <-poll.C:
-			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-			state, _, raw, err := s.cfg.Jobs.TaskState(ctx, id)
-			cancel()
-			switch {
-			case err != nil:
-			case len(raw) > 0 && json.Unmarshal(raw, &out) == nil:
-				got = true
-			case state == "" || state == "cancelled" || state == "discarded":
-				out, got = appOutput{Error: "the bot did not run"}, true
-			}
+	got := false
+	if res.dup {
+		task, answer, ok := parseSeen(res.value)
+		if !ok {
+			return s.ack(m, "A", "", nil)
+		}
+		id = task
+		if answer != nil {
+			out, got = *answer, true
+		}
+	}
+	if ackCode(m, "A") == "CA" {
+		if err := early(s.ack(m, "A", "", nil)); err != nil {
+			return nil
+		}
+	}
+	if !got {
+		var ack []byte
+		if out, ack = s.awaitOutput(project, m, ch, id, res.dup, received); ack != nil {
+			return ack
 		}
 	}
 	if out.Error != "" && out.Failed {
@@ -616,10 +677,12 @@ func (s *Service) applicationAck(project string, m *hl7.Message, ch *channel, id
 		// message, not a duplicate of this one, and the failed message
 		// written for it is not one to run again.
 		// It is deleted only once the AE is written: a sender that did not
-		// get it may not send the message again.
+		// get it may not send the message again. Only this window is
+		// forgotten: a resend kept since (after another connection
+		// answered the same failure) stays counted.
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
-		if err := s.store.ForgetHit(ctx, seenKey(ch.agent, ch.name, m.ControlID())); err == nil {
+		if err := s.store.ForgetHit(ctx, seenKey(ch.agent, ch.name, m.ControlID()), res.ends); err == nil {
 			if err := early(s.ackWith(m, "AE", "The bot failed ("+out.Error+"); send the message again", &hl7.AckError{Code: 207})); err != nil {
 				return nil
 			}
@@ -643,16 +706,85 @@ func (s *Service) applicationAck(project string, m *hl7.Message, ch *channel, id
 	return []byte(out.Ack)
 }
 
+// awaitOutput waits for what the first run of task id answers, until the
+// bot's timeout (and appStartGrace) from the message's arrival; ack is the
+// AE to send instead when the time is up or the server stops. dup: the
+// message is a resend, whose first sending's task may have been deleted by
+// the job engine since.
+func (s *Service) awaitOutput(project string, m *hl7.Message, ch *channel, id int64, dup bool, received time.Time) (out appOutput, ack []byte) {
+	deadline := received.Add(s.cfg.Bots.Timeout(context.Background(), project, ch.bot) + appStartGrace)
+	done := make(chan appOutput, 1)
+	s.waitMu.Lock()
+	s.waiters[id] = append(s.waiters[id], done)
+	s.waitMu.Unlock()
+	defer func() {
+		s.waitMu.Lock()
+		cs := slices.DeleteFunc(s.waiters[id], func(c chan appOutput) bool { return c == done })
+		if len(cs) == 0 {
+			delete(s.waiters, id)
+		} else {
+			s.waiters[id] = cs
+		}
+		s.waitMu.Unlock()
+	}()
+	timer := time.NewTimer(time.Until(deadline))
+	defer timer.Stop()
+	// Another replica's run is seen in its task's output.
+	poll := time.NewTicker(50 * time.Millisecond)
+	defer poll.Stop()
+	for {
+		select {
+		case out = <-done:
+			if !dup || !out.Transient {
+				return out, nil
+			}
+		case <-timer.C:
+			return out, s.ackWith(m, "AE", "No ACK from the bot within its timeout; the message is kept and runs", &hl7.AckError{Code: 207})
+		case <-s.stop:
+			return out, s.ackWith(m, "AE", "The server is stopping; the message is kept and runs", &hl7.AckError{Code: 207})
+		case <-poll.C:
+			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+			state, _, raw, err := s.cfg.Jobs.TaskState(ctx, id)
+			cancel()
+			var recorded appOutput
+			switch {
+			case err != nil:
+			case len(raw) > 0 && json.Unmarshal(raw, &recorded) == nil && (!dup || !recorded.Transient):
+				return recorded, nil
+			case state == "" && dup:
+				// Its answer would have been kept with the window before
+				// its task ended; it was not (too large, or the database
+				// failed then), and the task is gone.
+				return appOutput{Error: "the answer to its first sending is no longer kept; it is not run again"}, nil
+			case state == "" || state == "cancelled" || state == "discarded":
+				return appOutput{Error: "the bot did not run"}, nil
+			}
+		}
+	}
+}
+
 // answered records what a run of an application-mode message answers its
-// sender, for the connection that waits for it, here or on another replica.
-func (s *Service) answered(ctx context.Context, job *jobs.Job, out appOutput) {
+// sender: with the message's deduplication window, for its resends, then
+// as the task's output and to the connections of this process that wait
+// for it (a connection on another replica reads the output).
+func (s *Service) answered(ctx context.Context, job *jobs.Job, t *task, out appOutput) {
+	if t.Control != "" && t.Record == "" && !out.Transient {
+		// Only the first answer: the one its first sending got (or, when
+		// that sending's wait ended first, the one it would have got).
+		if v := seenValue(job.TaskID, &out); len(v) <= maxSeenAnswer {
+			old := strconv.FormatInt(job.TaskID, 10)
+			if _, err := s.store.SetHitValue(ctx, seenKey(t.Agent, t.Channel, t.Control), old, v); err != nil {
+				s.log.Warn("mllp: keeping the bot's ACK for resends", "err", err)
+			}
+		}
+	}
 	if err := jobs.RecordOutput(ctx, out); err != nil {
 		s.log.Warn("mllp: recording the bot's ACK", "err", err)
 	}
 	s.waitMu.Lock()
-	c := s.waiters[job.TaskID]
+	cs := slices.Clone(s.waiters[job.TaskID]) // a waiter that leaves changes the slice
 	s.waitMu.Unlock()
-	if c != nil {
+	for _, c := range cs {
 		select {
 		case c <- out:
 		default:
@@ -666,7 +798,7 @@ func botAck(res *bots.Result, err error) appOutput {
 	switch {
 	case err != nil && (fhir.IsCode(err, fhir.EThrottled) || fhir.IsCode(err, fhir.EInternal) || fhir.IsCode(err, fhir.EUnavailable)):
 		// Not the bot's failure: its task runs again (Service.run).
-		return appOutput{Error: err.Error()}
+		return appOutput{Error: err.Error(), Transient: true}
 	case err != nil:
 		return appOutput{Error: err.Error(), Failed: true}
 	case res.Thrown:
@@ -712,6 +844,52 @@ func (s *Service) ackWith(m *hl7.Message, code, text string, e *hl7.AckError) []
 	return a.Bytes()
 }
 
+// agentPage is how many Agents a channel's lookup reads at once, and
+// maxAgents how many it reads at most (the search's offset ends at
+// fhir.MaxOffset): a project with more has no channel, an AE that says so,
+// rather than one found among some of its Agents.
+const (
+	agentPage = 1000
+	maxAgents = 10 * agentPage
+)
+
+// agents reads the project's Agents, every one of them up to maxAgents, by
+// pages in the order of their ids, which an update does not change. An
+// Agent created or deleted during the walk may shift the next page by one:
+// one read twice is read once; one left out is read by the next lookup.
+func (s *Service) agents(ctx context.Context, scope store.Scope) ([]fhir.Resource, error) {
+	var out []fhir.Resource
+	seen := map[string]bool{}
+	for offset := 0; ; offset += agentPage {
+		req, err := fhir.ParseSearch("Agent", "_sort=_id&_count="+strconv.Itoa(agentPage)+"&_offset="+strconv.Itoa(offset))
+		if err != nil {
+			return nil, err
+		}
+		res, err := s.store.Search(ctx, scope, req)
+		if err != nil {
+			return nil, err
+		}
+		for i := range res.Records {
+			rec := &res.Records[i]
+			if seen[rec.ID] {
+				continue
+			}
+			seen[rec.ID] = true
+			a, err := rec.Resource()
+			if err != nil {
+				return nil, err
+			}
+			out = append(out, a)
+		}
+		if !res.More {
+			return out, nil
+		}
+		if offset+agentPage >= maxAgents {
+			return nil, fmt.Errorf("the project has more than %d Agents", maxAgents)
+		}
+	}
+}
+
 // channel is the listener's channel: the project's Agent (not off) with a
 // channel whose Endpoint's mllp:// address has the listener's port, and its
 // Bot. Read again after channelCacheTTL.
@@ -724,7 +902,7 @@ func (s *Service) channel(ctx context.Context, l *listener) (*channel, error) {
 	}
 	l.mu.Unlock()
 	scope := store.ProjectScope(l.Project)
-	agents, err := store.SearchResources(ctx, s.store, scope, "Agent", "_count=100")
+	agents, err := s.agents(ctx, scope)
 	if err != nil {
 		return nil, err
 	}
@@ -825,7 +1003,7 @@ func (s *Service) run(ctx context.Context, job *jobs.Job) error {
 			return err
 		}
 		out.Record = id
-		s.answered(ctx, job, out)
+		s.answered(ctx, job, &t, out)
 		return jobs.Permanent(errors.New(out.Error))
 	}
 	caller, err := principal.ForUser(ctx, s.store, "Bot/"+t.Bot)
@@ -857,7 +1035,7 @@ func (s *Service) run(ctx context.Context, job *jobs.Job) error {
 		if out.Failed {
 			return appFail(out)
 		}
-		s.answered(ctx, job, out)
+		s.answered(ctx, job, &t, out)
 	}
 	switch {
 	case err == nil && res.Thrown:
