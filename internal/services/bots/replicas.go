@@ -4,6 +4,7 @@ import (
 	"context"
 	"log/slog"
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/google/uuid"
@@ -44,8 +45,9 @@ type replicaPresence struct {
 	waited   prometheus.Histogram
 	notReady prometheus.Counter
 
-	stop chan struct{}
-	done chan struct{}
+	stop  chan struct{}
+	done  chan struct{}
+	leave sync.Once
 }
 
 func newReplicaPresence(st store.Replicas, log *slog.Logger, reg prometheus.Registerer) *replicaPresence {
@@ -94,13 +96,15 @@ func (p *replicaPresence) run() {
 // close stops beating and forgets this replica, so that no deploy waits
 // for it.
 func (p *replicaPresence) close() {
-	close(p.stop)
-	<-p.done
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	if err := p.st.ReplicaGone(ctx, p.id); err != nil {
-		p.log.Warn("replica presence: leave", "err", err)
-	}
+	p.leave.Do(func() {
+		close(p.stop)
+		<-p.done
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if err := p.st.ReplicaGone(ctx, p.id); err != nil {
+			p.log.Warn("replica presence: leave", "err", err)
+		}
+	})
 }
 
 // ready records that this replica holds the module of hash.
