@@ -167,6 +167,8 @@ type Engine struct {
 	queues   map[string]river.QueueConfig
 	handlers map[string]registered
 	client   *river.Client[*sql.Tx]
+	// partitions wakes tasks waiting for their predecessor (tasks.go).
+	partitions partitionWaits
 
 	mu      sync.Mutex
 	started bool
@@ -413,12 +415,11 @@ func priorityLimit(workers int) int { return 16 * workers }
 func (e *Engine) backlog(ctx context.Context, tx *sql.Tx, queue, project string, limit int) (int, error) {
 	var q string
 	if e.store.Dialect() == sqlstore.Postgres {
-		// metadata @> is answered by River's GIN index on metadata.
-		q = `SELECT count(*) FROM (SELECT 1 FROM river_job WHERE metadata @> jsonb_build_object('project', $1::text)
+		// The project of the jobs that have not ended is indexed
+		// (sqlstore's indexRiver; the same expression and states).
+		q = `SELECT count(*) FROM (SELECT 1 FROM river_job WHERE (metadata->>'project') = $1::text
 			AND queue = $2 AND state IN ('available', 'pending', 'retryable', 'running', 'scheduled') LIMIT $3) AS backlog`
 	} else {
-		// json_extract(metadata, '$.project') is indexed (sqlstore's
-		// indexRiver).
 		q = `SELECT count(*) FROM (SELECT 1 FROM river_job WHERE json_extract(metadata, '$.project') = ?1 AND queue = ?2
 			AND state IN ('available', 'pending', 'retryable', 'running', 'scheduled') LIMIT ?3)`
 	}

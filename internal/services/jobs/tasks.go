@@ -2,10 +2,12 @@ package jobs
 
 import (
 	"context"
+	"database/sql"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"sort"
+	"sync"
 	"time"
 
 	"github.com/riverqueue/river"
@@ -210,22 +212,37 @@ type taskWorker struct {
 	queue  string
 }
 
-func (w *taskWorker) Work(ctx context.Context, rj *river.Job[args]) error {
+func (w *taskWorker) Work(ctx context.Context, rj *river.Job[args]) (err error) {
 	e := w.engine
+	ended := false // completed or given up: it is no task's predecessor any more
 	if p := rj.Args.Partition; p != "" {
+		// Whatever the outcome, the tasks of the partition waiting on this
+		// process look again.
+		defer func() { e.partitions.ended(p, rj.ID, ended) }()
 		// A predecessor that is running usually ends within moments: wait
-		// for it here, looking every few milliseconds, rather than hand the
-		// task back to a fetch that may come only at the next poll. One
-		// that waits (its turn, or a retry) may take long: hand the task
-		// back at once, behind it in the fetch order.
+		// for it here rather than hand the task back to a fetch that may
+		// come only at the next poll. A predecessor on this process wakes
+		// the wait as it ends; one on another replica is seen by looking
+		// again every partitionPoll. One that waits (its turn, or a retry)
+		// may take long: hand the task back at once, behind it in the
+		// fetch order.
 		deadline := time.Now().Add(PartitionWait)
+		var after int64
 		for {
-			state, err := e.predecessor(ctx, w.queue, p, rj.ID)
+			changed := e.partitions.changed(p) // before looking: an end meanwhile is not missed
+			id, state, err := e.predecessor(ctx, w.queue, p, after, rj.ID)
 			if err != nil {
 				return err
 			}
 			if state == "" {
 				break
+			}
+			if e.partitions.endedHere(id) {
+				// Ended on this process, not yet marked so by River's
+				// completer (up to 250 ms later): the ones before it have
+				// ended too; look at those after it.
+				after = id
+				continue
 			}
 			if state != "running" || time.Now().After(deadline) {
 				e.metrics.ended.WithLabelValues(w.queue, "partition_wait").Inc()
@@ -234,7 +251,8 @@ func (w *taskWorker) Work(ctx context.Context, rj *river.Job[args]) error {
 			select {
 			case <-ctx.Done():
 				return ctx.Err()
-			case <-time.After(5 * time.Millisecond):
+			case <-changed:
+			case <-time.After(partitionPoll):
 			}
 		}
 	}
@@ -245,9 +263,10 @@ func (w *taskWorker) Work(ctx context.Context, rj *river.Job[args]) error {
 	defer e.metrics.running.WithLabelValues(w.queue).Dec()
 	job := &Job{Project: rj.Args.Project, Kind: rj.Args.K, Payload: rj.Args.Payload, Attempt: rj.Attempt,
 		MaxAttempts: rj.MaxAttempts, TaskID: rj.ID}
-	err := w.fn(ctx, job)
+	err = w.fn(ctx, job)
 	var retry *RetryError
 	var permanent *permanentError
+	ended = err == nil || errors.As(err, &permanent)
 	switch {
 	case err == nil:
 		e.metrics.ended.WithLabelValues(w.queue, "completed").Inc()
@@ -266,23 +285,98 @@ func (w *taskWorker) Work(ctx context.Context, rj *river.Job[args]) error {
 	return err
 }
 
-// predecessor is the state of the first task of partition enqueued before
-// job id that has not ended ("" when there is none).
-func (e *Engine) predecessor(ctx context.Context, queue, partition string, id int64) (string, error) {
+// partitionPoll is how often a task waiting for a predecessor that runs
+// on another process looks again.
+const partitionPoll = 20 * time.Millisecond
+
+// partitionWaits wakes the tasks of a partition that wait on this process
+// for a predecessor when a task of the partition ends here, and knows which
+// tasks ended here: River's batch completer marks a task completed up to
+// 250 ms after its function returned, and its successors would wait for
+// that (looking every few milliseconds: most of the database's work under
+// an HL7 feed, docs/performance.md).
+type partitionWaits struct {
+	mu       sync.Mutex
+	m        map[string]chan struct{}
+	endedIDs map[int64]time.Time
+}
+
+// endedHereFor is how long a task that ended here is remembered: far
+// longer than River's completer takes to record it.
+const endedHereFor = time.Minute
+
+// changed is closed at the next end of a task of partition p.
+func (w *partitionWaits) changed(p string) <-chan struct{} {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	ch, ok := w.m[p]
+	if !ok {
+		if w.m == nil {
+			w.m = map[string]chan struct{}{}
+		}
+		ch = make(chan struct{})
+		w.m[p] = ch
+	}
+	return ch
+}
+
+// ended wakes the waits of partition p as task id's attempt ends there
+// (ended: for good, completed or given up). Every waiting task ends too
+// (runs, or is handed back), so the partition's entry does not outlive
+// its waits.
+func (w *partitionWaits) ended(p string, id int64, ended bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if ended {
+		now := time.Now()
+		if w.endedIDs == nil {
+			w.endedIDs = map[int64]time.Time{}
+		}
+		if len(w.endedIDs) >= 4096 {
+			for k, at := range w.endedIDs {
+				if now.Sub(at) > endedHereFor {
+					delete(w.endedIDs, k)
+				}
+			}
+		}
+		w.endedIDs[id] = now
+	}
+	if ch, ok := w.m[p]; ok {
+		close(ch)
+		delete(w.m, p)
+	}
+}
+
+// endedHere tells whether task id ended for good on this process.
+func (w *partitionWaits) endedHere(id int64) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	at, ok := w.endedIDs[id]
+	return ok && time.Since(at) <= endedHereFor
+}
+
+// predecessor is the id and state of the first task of partition enqueued
+// after task after and before task id that has not ended (state "" when
+// there is none).
+func (e *Engine) predecessor(ctx context.Context, queue, partition string, after, id int64) (int64, string, error) {
 	var q string
 	if e.store.Dialect() == sqlstore.Postgres {
-		q = `SELECT COALESCE((SELECT state::text FROM river_job WHERE metadata @> jsonb_build_object('partition', $1::text)
-			AND queue = $2 AND id < $3 AND state IN ('available', 'pending', 'retryable', 'running', 'scheduled')
-			ORDER BY id LIMIT 1), '')`
+		// The partition of the jobs that have not ended is indexed
+		// (sqlstore's indexRiver; the same expression and states).
+		q = `SELECT id, state::text FROM river_job WHERE (metadata->>'partition') = $1::text
+			AND queue = $2 AND id > $3 AND id < $4 AND state IN ('available', 'pending', 'retryable', 'running', 'scheduled')
+			ORDER BY id LIMIT 1`
 	} else {
-		// json_extract(metadata, '$.partition') is indexed (sqlstore's
-		// indexRiver).
-		q = `SELECT COALESCE((SELECT state FROM river_job WHERE json_extract(metadata, '$.partition') = ?1 AND id < ?3
-			AND queue = ?2 AND state IN ('available', 'pending', 'retryable', 'running', 'scheduled') ORDER BY id LIMIT 1), '')`
+		q = `SELECT id, state FROM river_job WHERE json_extract(metadata, '$.partition') = ?1 AND id > ?3 AND id < ?4
+			AND queue = ?2 AND state IN ('available', 'pending', 'retryable', 'running', 'scheduled') ORDER BY id LIMIT 1`
 	}
+	var pid int64
 	var state string
-	err := e.store.DB().QueryRowContext(ctx, q, partition, queue, id).Scan(&state)
-	return state, err
+	err := e.store.DB().QueryRowContext(ctx, q, partition, queue, after, id).Scan(&pid, &state)
+	if errors.Is(err, sql.ErrNoRows) {
+		return 0, "", nil
+	}
+	return pid, state, err
 }
 
 // NextRetry doubles the wait after each failed attempt, from a second, up
