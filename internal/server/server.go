@@ -174,7 +174,7 @@ func New(ctx context.Context, cfg Config, st store.Store, reg *prometheus.Regist
 				Limits: cfg.Limits, Log: log, Registerer: reg})
 			if len(cfg.MLLP) > 0 {
 				s.HL7 = hl7feed.New(hl7feed.Config{Listeners: cfg.MLLP, Store: st.(*sqlstore.Store), Bots: s.Bots, Jobs: s.Jobs,
-					Limits: cfg.Limits, Log: log, Registerer: reg})
+					Principal: s.Auth.PrincipalForUser, Limits: cfg.Limits, Log: log, Registerer: reg})
 				fhirCfg.HL7 = s.HL7
 			}
 		}

@@ -357,6 +357,27 @@ func (a *Authenticator) clientMembership(ctx context.Context, client fhir.Resour
 	return p, nil
 }
 
+// PrincipalForUser is principal.ForUser, cached like a login (and dropped
+// with it when what it is made of changes): the principal a trigger acts
+// as for a Bot (an HL7 message's run resolves its Bot's membership for
+// every message). Nil, not cached, when userRef has no membership. The
+// caller gets a copy of its own.
+func (a *Authenticator) PrincipalForUser(ctx context.Context, userRef string) (*principal.Principal, error) {
+	key := "user " + userRef
+	if p := a.cacheGet(key); p != nil {
+		cp := *p
+		return &cp, nil
+	}
+	gen := a.generation()
+	p, err := principal.ForUser(ctx, a.store, userRef)
+	if err != nil || p == nil {
+		return p, err
+	}
+	a.cachePut(key, p, gen, time.Time{})
+	cp := *p
+	return &cp, nil
+}
+
 // principalFor loads a membership and its project.
 func (a *Authenticator) principalFor(ctx context.Context, membershipID string) (*principal.Principal, error) {
 	return principal.ForMembership(ctx, a.store, membershipID)

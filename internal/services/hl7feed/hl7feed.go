@@ -99,6 +99,10 @@ type Config struct {
 	Store     *sqlstore.Store
 	Bots      *bots.Service
 	Jobs      *jobs.Engine
+	// Principal resolves the Bot a message runs as (its membership), from
+	// a cache the changes of memberships and policies empty; nil reads it
+	// from the store for every message.
+	Principal func(ctx context.Context, userRef string) (*principal.Principal, error)
 	Limits    limits.Limits
 	Log       *slog.Logger
 	// Registerer receives the metrics; nil registers none.
@@ -1006,7 +1010,13 @@ func (s *Service) run(ctx context.Context, job *jobs.Job) error {
 		s.answered(ctx, job, &t, out)
 		return jobs.Permanent(errors.New(out.Error))
 	}
-	caller, err := principal.ForUser(ctx, s.store, "Bot/"+t.Bot)
+	forUser := s.cfg.Principal
+	if forUser == nil {
+		forUser = func(ctx context.Context, ref string) (*principal.Principal, error) {
+			return principal.ForUser(ctx, s.store, ref)
+		}
+	}
+	caller, err := forUser(ctx, "Bot/"+t.Bot)
 	if err != nil {
 		return err
 	}
