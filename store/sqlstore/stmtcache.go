@@ -120,8 +120,8 @@ func (c *cachingConn) evict(e *list.Element) {
 	cs.st.Close()
 }
 
-// forget drops query's statement: after an error, it is prepared again
-// next time (the schema may have changed under it).
+// forget drops a statement whose run failed: it is prepared again next
+// time rather than reused in whatever state the error left it.
 func (c *cachingConn) forget(cs *cachedStmt) {
 	if e, ok := c.byQuery[cs.query]; ok && e.Value == cs {
 		c.evict(e)

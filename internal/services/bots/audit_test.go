@@ -95,13 +95,7 @@ func TestAuditJournal(t *testing.T) {
 		t.Run(be.Name, func(t *testing.T) {
 			st := openTestStore(t, be)
 			dir := t.TempDir()
-			m := newMetrics(prometheus.NewRegistry())
-			a := newAuditWriter(st, nil, slog.New(slog.DiscardHandler), m, 4)
-			j, err := openAuditJournal(dir, a.enqueue)
-			if err != nil {
-				t.Fatal(err)
-			}
-			a.journal = j
+			a, _ := journaledWriter(t, st, dir)
 			var wg sync.WaitGroup
 			for w := range 4 {
 				wg.Add(1)
@@ -115,7 +109,7 @@ func TestAuditJournal(t *testing.T) {
 				}()
 			}
 			wg.Wait()
-			if n := j.written.Load(); n != 100 {
+			if n := a.journal.written.Load(); n != 100 {
 				t.Fatalf("%d entries journaled, want 100", n)
 			}
 			a.close()
@@ -233,13 +227,7 @@ func TestAuditJournalSetsAsideWhatTheStoreRefused(t *testing.T) {
 	}
 	st.Close() // every write fails from here on
 	dir := t.TempDir()
-	m := newMetrics(prometheus.NewRegistry())
-	a := newAuditWriter(st, nil, slog.New(slog.DiscardHandler), m, 4)
-	j, err := openAuditJournal(dir, a.enqueue)
-	if err != nil {
-		t.Fatal(err)
-	}
-	a.journal = j
+	a, m := journaledWriter(t, st, dir)
 	for i := range 3 {
 		now := time.Now().UTC()
 		a.add(auditEntry{project: "p1", bot: "Bot/b", requester: "ClientApplication/c", outcome: "0", desc: strconv.Itoa(i), start: now, end: now})
@@ -248,7 +236,7 @@ func TestAuditJournalSetsAsideWhatTheStoreRefused(t *testing.T) {
 	if d := testutil.ToFloat64(m.auditDropped); d != 3 {
 		t.Fatalf("%v events counted as not written, want 3", d)
 	}
-	if _, err := os.Stat(j.path); !os.IsNotExist(err) {
+	if _, err := os.Stat(a.journal.path); !os.IsNotExist(err) {
 		t.Fatalf("the process's journal was kept: %v", err)
 	}
 	aside, _ := filepath.Glob(filepath.Join(dir, "audit-*.journal"))
@@ -263,4 +251,18 @@ func TestAuditJournalSetsAsideWhatTheStoreRefused(t *testing.T) {
 	if got := auditEvents(t, again, "p1"); len(got) != 3 {
 		t.Fatalf("%d AuditEvents stored at the next start, want 3", len(got))
 	}
+}
+
+// journaledWriter is an audit writer of st (a queue of 4) whose events
+// go through a journal in dir, as with Config.AuditJournalDir.
+func journaledWriter(t *testing.T, st store.Store, dir string) (*auditWriter, *metrics) {
+	t.Helper()
+	m := newMetrics(prometheus.NewRegistry())
+	a := newAuditWriter(st, nil, slog.New(slog.DiscardHandler), m, 4)
+	j, err := openAuditJournal(dir, a.enqueue)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a.journal = j
+	return a, m
 }

@@ -178,6 +178,11 @@ func New(cfg Config) *Service {
 	if cfg.Log == nil {
 		cfg.Log = slog.New(slog.DiscardHandler)
 	}
+	if cfg.Principal == nil {
+		cfg.Principal = func(ctx context.Context, ref string) (*principal.Principal, error) {
+			return principal.ForUser(ctx, cfg.Store, ref)
+		}
+	}
 	s := &Service{cfg: cfg, store: cfg.Store, log: cfg.Log, metrics: newMetrics(cfg.Registerer),
 		keeps: make(chan keepRequest, 1024), stop: make(chan struct{}), waiters: map[int64][]chan appOutput{}}
 	cfg.Jobs.HandleTasks(taskKind, taskQueue, s.run)
@@ -311,7 +316,7 @@ func (s *Service) commit(batch []keepRequest) {
 			if dups[i] || !r.application || r.control == "" {
 				continue
 			}
-			v := strconv.FormatInt(ids[i], 10)
+			v := seenValue(ids[i], nil)
 			if _, err := tx.SetHitValue(ctx, r.key, "", v); err != nil {
 				return err
 			}
@@ -776,7 +781,7 @@ func (s *Service) answered(ctx context.Context, job *jobs.Job, t *task, out appO
 		// Only the first answer: the one its first sending got (or, when
 		// that sending's wait ended first, the one it would have got).
 		if v := seenValue(job.TaskID, &out); len(v) <= maxSeenAnswer {
-			old := strconv.FormatInt(job.TaskID, 10)
+			old := seenValue(job.TaskID, nil)
 			if _, err := s.store.SetHitValue(ctx, seenKey(t.Agent, t.Channel, t.Control), old, v); err != nil {
 				s.log.Warn("mllp: keeping the bot's ACK for resends", "err", err)
 			}
@@ -1010,13 +1015,7 @@ func (s *Service) run(ctx context.Context, job *jobs.Job) error {
 		s.answered(ctx, job, &t, out)
 		return jobs.Permanent(errors.New(out.Error))
 	}
-	forUser := s.cfg.Principal
-	if forUser == nil {
-		forUser = func(ctx context.Context, ref string) (*principal.Principal, error) {
-			return principal.ForUser(ctx, s.store, ref)
-		}
-	}
-	caller, err := forUser(ctx, "Bot/"+t.Bot)
+	caller, err := s.cfg.Principal(ctx, "Bot/"+t.Bot)
 	if err != nil {
 		return err
 	}

@@ -266,9 +266,9 @@ func (w *taskWorker) Work(ctx context.Context, rj *river.Job[args]) (err error) 
 	err = w.fn(ctx, job)
 	var retry *RetryError
 	var permanent *permanentError
-	ended = err == nil || errors.As(err, &permanent)
 	switch {
 	case err == nil:
+		ended = true
 		e.metrics.ended.WithLabelValues(w.queue, "completed").Inc()
 		return nil
 	case ctx.Err() != nil:
@@ -278,6 +278,7 @@ func (w *taskWorker) Work(ctx context.Context, rj *river.Job[args]) (err error) 
 		e.metrics.ended.WithLabelValues(w.queue, "retry").Inc()
 		return river.JobSnooze(retry.After)
 	case errors.As(err, &permanent):
+		ended = true
 		e.metrics.ended.WithLabelValues(w.queue, "error").Inc()
 		return river.JobCancel(err)
 	}
