@@ -189,13 +189,24 @@ func New(cfg Config) *Service {
 	return s
 }
 
-// keepers is how many transactions keep messages at once; each keeps every
-// message that waits when it begins (up to maxBatch) in one transaction, so
-// that concurrent connections share a commit (and its sync to disk).
-const (
-	keepers  = 2
-	maxBatch = 128
-)
+// maxBatch bounds the messages one transaction keeps: each keeper keeps
+// every message that waits when it begins (up to maxBatch) in one
+// transaction, so that concurrent connections share a commit (and its sync
+// to disk).
+const maxBatch = 128
+
+// keepers is how many transactions keep messages at once. SQLite commits
+// one writer at a time, so a second keeper there only halves the batches
+// (and waits for the lock in SQLite's busy handler, which sleeps): at 10
+// connections it kept 995-2,094 messages per second, with the bot running
+// beside it, against 2,253-2,708 with one. PostgreSQL commits two
+// transactions at once: 157-177 with one, 220-227 with two.
+func keepers(d sqlstore.Dialect) int {
+	if d == sqlstore.SQLite {
+		return 1
+	}
+	return 2
+}
 
 type keepRequest struct {
 	project, key, control, partition string
@@ -353,7 +364,7 @@ func (s *Service) Start() error {
 		s.wg.Add(1)
 		go s.accept(li)
 		if len(s.listeners) == 1 {
-			for range keepers {
+			for range keepers(s.store.Dialect()) {
 				s.wg.Add(1)
 				go s.keeper()
 			}
