@@ -91,6 +91,13 @@ type Store interface {
 	// Read returns the current version: fhir.ENotFound when absent or outside
 	// the scope, fhir.EGone (with the deletion Record) when deleted.
 	Read(ctx context.Context, scope Scope, resourceType, id string) (*Record, error)
+	// ReadCached is Read for what every bot execution reads (its Bot and
+	// Project): on PostgreSQL it may answer from this process's copy,
+	// which another process's change reaches moments after its commit
+	// (at once for this process's own). It is for callers whose writers
+	// wait until every live process has seen their change (the bots
+	// service, docs/decisions.md 58); elsewhere it is Read.
+	ReadCached(ctx context.Context, scope Scope, resourceType, id string) (*Record, error)
 	// ReadVersion returns one version from history.
 	ReadVersion(ctx context.Context, scope Scope, resourceType, id, versionID string) (*Record, error)
 	// Update is a read-modify-write in one transaction: fn sees the current
@@ -154,6 +161,10 @@ type Change struct {
 	ResourceType string
 	ID           string
 	Project      string
+	// Local: committed by this process, delivered on the writing goroutine
+	// right after the commit, before the write returns (the same change
+	// comes again later, not Local, from the changes table).
+	Local bool
 }
 
 // Written is one write of a transaction, as a write hook sees it before the
@@ -188,6 +199,11 @@ var ChangeTypes = map[string]bool{
 	"ClientApplication": true,
 	"Bot":               true,
 }
+
+// CachedTypes are the ChangeTypes whose rows ReadCached may serve from a
+// process's copy: what every bot execution reads besides its input (its
+// Bot, and its Project for the settings and secrets).
+var CachedTypes = map[string]bool{"Bot": true, "Project": true}
 
 // IsUnavailable reports whether err says that the database could not be
 // reached or went away, or aborted this transaction to break a deadlock: the
@@ -255,4 +271,11 @@ type Replicas interface {
 	ModuleReady(ctx context.Context, replica, moduleHash string, at time.Time) error
 	// ModuleReadyOn are the replicas that hold the module of moduleHash.
 	ModuleReadyOn(ctx context.Context, moduleHash string) ([]string, error)
+	// ReplicaSawChanges records that replica has delivered the changes up
+	// to seq (Change.Seq) to its caches; a lower seq than recorded before
+	// changes nothing.
+	ReplicaSawChanges(ctx context.Context, replica string, seq int64) error
+	// ReplicasBehind are the replicas seen at or after since, other than
+	// except, that have not recorded seeing the change seq.
+	ReplicasBehind(ctx context.Context, except string, seq int64, since time.Time) ([]string, error)
 }

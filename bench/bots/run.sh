@@ -21,8 +21,9 @@ CONNS=${CONNS:-8}
 command -v wrk >/dev/null || { echo "wrk is needed: apt-get install wrk" >&2; exit 1; }
 work=$(mktemp -d)
 # SIGINT stops the server without its drain, and the wait frees the ports for
-# the next run.
-trap 'kill -INT $(jobs -p) 2>/dev/null || true; wait 2>/dev/null || true; rm -rf "$work"' EXIT
+# the next run; the floor, a background job of a script, ignores SIGINT and
+# gets TERM (else a run that failed midway would wait for it forever).
+trap 'kill -INT $(jobs -p) 2>/dev/null || true; [ -n "${FLOOR:-}" ] && kill "$FLOOR" 2>/dev/null; wait 2>/dev/null || true; rm -rf "$work"' EXIT
 
 make -s js # the JavaScript engine, embedded by the build
 go build -o "$work/sandbot" ./cmd/sandbot

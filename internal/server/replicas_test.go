@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -190,5 +191,47 @@ func revokeLogin(t *testing.T, s *servertest.Server, token string) {
 		return l, nil
 	}); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestCachedWriteWaitsForReplicas: a write of a Project (its secrets)
+// answers only once every other live replica has recorded seeing it
+// (decision 58), so that none serves its cached copy afterwards. A replica
+// that stands for one behind (recorded live, seeing nothing) holds the
+// write until it records the change; one not seen for long is not waited
+// for.
+func TestCachedWriteWaitsForReplicas(t *testing.T) {
+	for _, b := range storetest.Backends(t) {
+		t.Run(b.Name, func(t *testing.T) {
+			ctx := context.Background()
+			s := servertest.Start(t, b)
+			owner := s.NewProject(t, "cached")
+			setSecret := func(v string) {
+				t.Helper()
+				if r := owner.Do("POST", "admin/projects/"+owner.ProjectID+"/secrets", []any{map[string]any{"name": "K", "valueString": v}}, "application/json"); r.Status != 200 {
+					t.Fatalf("set secret: %d %s", r.Status, r.Body)
+				}
+			}
+			now := time.Now()
+			if err := s.Store.ReplicaAlive(ctx, "gone", now.Add(-time.Minute), now.Add(-time.Hour)); err != nil {
+				t.Fatal(err)
+			}
+			setSecret("first") // only a long-gone other replica: not waited for
+			if err := s.Store.ReplicaAlive(ctx, "behind", time.Now(), now.Add(-time.Hour)); err != nil {
+				t.Fatal(err)
+			}
+			var acked atomic.Bool
+			go func() {
+				time.Sleep(300 * time.Millisecond)
+				acked.Store(true)
+				if err := s.Store.ReplicaSawChanges(ctx, "behind", 1<<40); err != nil {
+					t.Error(err)
+				}
+			}()
+			setSecret("second")
+			if !acked.Load() {
+				t.Fatal("the write answered before the other live replica had seen it")
+			}
+		})
 	}
 }

@@ -68,6 +68,13 @@ type changeFeed struct {
 	stop    chan struct{}
 	done    chan struct{}
 	closed  bool
+	// running: the loop delivers other processes' changes, so the hot
+	// cache may be used (nothing would drop its rows otherwise).
+	running atomic.Bool
+	// delivered is the last sequence number whose changes the subscribers
+	// have been handed (or the one the loop started from): what this
+	// process has seen (ChangesDelivered).
+	delivered atomic.Int64
 	// applied is the last sequence number delivered from the table; only
 	// the loop goroutine touches it once started.
 	applied int64
@@ -98,6 +105,12 @@ func newFeedMetrics(reg prometheus.Registerer) feedMetrics {
 	}
 	return m
 }
+
+// ChangesDelivered is the last change of another process (or of this one,
+// read back from the changes table) that this process's subscribers have
+// been handed, or the position its change feed started from: every change
+// up to it has been seen here. 0 before the feed starts.
+func (s *Store) ChangesDelivered() int64 { return s.feed.delivered.Load() }
 
 // Subscribe implements store.Store.
 func (s *Store) Subscribe(fn func([]store.Change)) (stop func()) { return s.feed.subscribe(fn) }
@@ -132,18 +145,21 @@ func (f *changeFeed) start() {
 		f.log.Warn("change feed: current sequence unknown", "err", err)
 		f.applied = -1
 	}
+	f.delivered.Store(max(f.applied, 0))
 	f.stop, f.done = make(chan struct{}), make(chan struct{})
 	if f.store.dialect == Postgres {
 		go f.listenLoop(f.stop, f.done)
 	} else {
 		go f.counterLoop(f.stop, f.done)
 	}
+	f.running.Store(true)
 }
 
 func (f *changeFeed) close() {
 	f.mu.Lock()
 	stop, done := f.stop, f.done
 	f.stop, f.closed = nil, true
+	f.running.Store(false)
 	f.mu.Unlock()
 	if stop != nil {
 		close(stop)
@@ -202,6 +218,7 @@ func (f *changeFeed) listenLoop(stop <-chan struct{}, done chan<- struct{}) {
 			if c, ok := parseChange(n.Extra); ok && f.applied >= 0 && c.Seq == f.applied+1 {
 				f.applied = c.Seq
 				f.deliver("notification", []store.Change{c})
+				f.delivered.Store(f.applied)
 				continue
 			}
 			f.fetch()
@@ -286,6 +303,7 @@ func (f *changeFeed) fetch() {
 		}
 		f.applied = out[len(out)-1].Seq
 		f.deliver("read", out)
+		f.delivered.Store(f.applied)
 		if len(rows) < changeBatch {
 			return
 		}
@@ -307,6 +325,11 @@ func (f *changeFeed) deliver(how string, changes []store.Change) {
 		return
 	}
 	f.metrics.delivered.WithLabelValues(how).Add(float64(len(changes)))
+	// The store's own cache first: a subscriber told of a change (one
+	// that records that this replica saw it) finds it dropped already.
+	if f.store.hot != nil {
+		f.store.hot.drop(changes)
+	}
 	f.mu.Lock()
 	subs := make([]func([]store.Change), 0, len(f.subs))
 	for _, fn := range f.subs {
@@ -327,7 +350,12 @@ func (f *changeFeed) committed(changes []store.Change) {
 	if f.counter != nil {
 		atomic.AddUint64(f.counter, 1)
 	}
-	f.deliver("commit", changes)
+	local := make([]store.Change, len(changes))
+	for i, c := range changes {
+		c.Local = true
+		local[i] = c
+	}
+	f.deliver("commit", local)
 }
 
 // recordChanges writes, in the transaction about to commit, a changes row

@@ -54,3 +54,17 @@ func (s *Store) ModuleReadyOn(ctx context.Context, moduleHash string) ([]string,
 	err := sqlx.SelectContext(ctx, s.q, &ids, s.rebind(`SELECT replica_id FROM replica_modules WHERE module_hash = ? ORDER BY replica_id`), moduleHash)
 	return ids, err
 }
+
+// ReplicaSawChanges implements store.Replicas.
+func (s *Store) ReplicaSawChanges(ctx context.Context, replica string, seq int64) error {
+	_, err := s.q.ExecContext(ctx, s.rebind(`UPDATE replicas SET seen_seq = ? WHERE id = ? AND seen_seq < ?`), seq, replica, seq)
+	return err
+}
+
+// ReplicasBehind implements store.Replicas.
+func (s *Store) ReplicasBehind(ctx context.Context, except string, seq int64, since time.Time) ([]string, error) {
+	var ids []string
+	err := sqlx.SelectContext(ctx, s.q, &ids, s.rebind(`SELECT id FROM replicas WHERE seen_at >= ? AND id <> ? AND seen_seq < ? ORDER BY id`),
+		since.UnixMilli(), except, seq)
+	return ids, err
+}

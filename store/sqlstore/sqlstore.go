@@ -50,6 +50,8 @@ type Store struct {
 	now      func() time.Time
 	// cache serves repeated reads of SQLite rows (nil for PostgreSQL).
 	cache *readCache
+	// hot keeps the rows of store.CachedTypes on PostgreSQL (nil for SQLite).
+	hot *hotCache
 	// touched collects, in a transaction, the resources it updates or
 	// deletes: for the change feed before the commit, for the cache after.
 	touched *[]store.Change
@@ -240,6 +242,9 @@ func Open(ctx context.Context, databaseURL string, opts Options) (*Store, error)
 			db.Close()
 			return nil, err
 		}
+	}
+	if dialect == Postgres {
+		s.hot = newHotCache()
 	}
 	if dialect == SQLite {
 		if !strings.HasPrefix(databaseURL, ":") && !strings.Contains(databaseURL, "mode=memory") {

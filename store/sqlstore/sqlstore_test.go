@@ -113,6 +113,62 @@ func TestTwoStoresOneDatabase(t *testing.T) {
 	}
 }
 
+// TestReadCachedSeesChanges: ReadCached serves a Bot from the process's
+// copy on PostgreSQL; the writing store reads its own change at once, the
+// other store within the change feed's delay; a cached row still obeys the
+// scope.
+func TestReadCachedSeesChanges(t *testing.T) {
+	for _, b := range storetest.Backends(t) {
+		t.Run(b.Name, func(t *testing.T) {
+			ctx := context.Background()
+			url := b.NewURL(t)
+			a, c := openStore(t, url), openStore(t, url)
+			// The cache is used while the change feed runs, which the
+			// first subscription starts.
+			defer a.Subscribe(func([]store.Change) {})()
+			defer c.Subscribe(func([]store.Change) {})()
+			w := store.Write{Project: "p1"}
+			rec, err := a.Create(ctx, fhir.Resource{"resourceType": "Bot", "name": "v1"}, w)
+			if err != nil {
+				t.Fatal(err)
+			}
+			name := func(s *sqlstore.Store) string {
+				t.Helper()
+				r, err := s.ReadCached(ctx, store.AllProjects, "Bot", rec.ID)
+				if err != nil {
+					t.Fatalf("read: %v", err)
+				}
+				res, _ := r.Resource()
+				return res["name"].(string)
+			}
+			for _, s := range []*sqlstore.Store{a, c, a, c} {
+				if got := name(s); got != "v1" {
+					t.Fatalf("read: %q, want v1", got)
+				}
+			}
+			if _, err := c.ReadCached(ctx, store.ProjectScope("p2"), "Bot", rec.ID); !errors.Is(err, fhir.ErrNotFound) {
+				t.Fatalf("cached read in another project's scope: %v, want not found", err)
+			}
+			if _, err := a.Update(ctx, store.AllProjects, "Bot", rec.ID, w, func(r fhir.Resource) (fhir.Resource, error) {
+				r["name"] = "v2"
+				return r, nil
+			}); err != nil {
+				t.Fatal(err)
+			}
+			if got := name(a); got != "v2" {
+				t.Fatalf("the writing store reads %q after its update, want v2", got)
+			}
+			deadline := time.Now().Add(5 * time.Second)
+			for name(c) != "v2" {
+				if time.Now().After(deadline) {
+					t.Fatal("the other store still reads v1 5 s after the update")
+				}
+				time.Sleep(5 * time.Millisecond)
+			}
+		})
+	}
+}
+
 // TestReadCacheNeverGoesBack: while one store updates a resource 200 times,
 // readers on it and on a second store over the same database never read a
 // version older than the last update that had returned before their read

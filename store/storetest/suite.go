@@ -826,4 +826,33 @@ func testReplicas(t *testing.T, s store.Store) {
 	if ready, _ := r.ModuleReadyOn(ctx, "h1"); len(ready) != 0 {
 		t.Fatalf("after a left: h1 ready on %v, want none", ready)
 	}
+	// Changes seen: only forward; behind are the live others that have
+	// not seen the change.
+	for _, id := range []string{"c", "d", "stale"} {
+		at := now
+		if id == "stale" {
+			at = now.Add(-time.Minute)
+		}
+		if err := r.ReplicaAlive(ctx, id, at, long); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, seen := range []struct {
+		id  string
+		seq int64
+	}{{"b", 7}, {"c", 9}, {"c", 3}, {"nobody", 50}} {
+		if err := r.ReplicaSawChanges(ctx, seen.id, seen.seq); err != nil {
+			t.Fatal(err)
+		}
+	}
+	recent := now.Add(-10 * time.Second)
+	for _, c := range []struct {
+		except string
+		seq    int64
+		want   string
+	}{{"", 7, "d"}, {"", 8, "b,d"}, {"d", 9, "b"}, {"b", 10, "c,d"}, {"", 1, "d"}} {
+		if behind, err := r.ReplicasBehind(ctx, c.except, c.seq, recent); err != nil || strings.Join(behind, ",") != c.want {
+			t.Fatalf("behind change %d (but %q) = %v, %v; want %s", c.seq, c.except, behind, err, c.want)
+		}
+	}
 }

@@ -205,16 +205,36 @@ func New(cfg Config) (*Service, error) {
 
 // Changed acts on changes the store announces (store.Store.Subscribe), made
 // by this process or another replica: a changed Bot has its module compiled
-// in the background.
+// in the background. A change of store.CachedTypes, which executions read
+// through the store's cache (ReadCached), is recorded as seen by this
+// replica (the store dropped its copy before announcing it); one committed
+// here holds its write until every other live replica has seen it, so that
+// the next execution anywhere reads the new Bot or Project (decision 58).
 func (s *Service) Changed(changes []store.Change) {
 	var bots []string
+	var seen, committed int64
 	for _, c := range changes {
 		if c.ResourceType == "Bot" {
 			bots = append(bots, c.ID)
 		}
+		if c.ResourceType == "" || store.CachedTypes[c.ResourceType] {
+			if c.Local {
+				committed = max(committed, c.Seq)
+			} else {
+				seen = max(seen, c.Seq)
+			}
+		}
 	}
 	if len(bots) > 0 {
 		s.warmer.add(bots)
+	}
+	if s.presence != nil {
+		if seen > 0 {
+			s.presence.saw(seen)
+		}
+		if committed > 0 {
+			s.presence.awaitSeen(committed)
+		}
 	}
 }
 

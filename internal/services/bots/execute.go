@@ -247,7 +247,7 @@ func (s *Service) botTimeout(bot, project fhir.Resource) time.Duration {
 // project's first (docs/decisions.md 10).
 func (s *Service) findBot(ctx context.Context, p *principal.Principal, id, identifier string) (*fhir.Record, bool, error) {
 	if id != "" {
-		rec, err := s.fhir.Load(ctx, p, "Bot", id)
+		rec, err := s.fhir.LoadCached(ctx, p, "Bot", id)
 		return rec, false, err
 	}
 	if identifier == "" {
@@ -275,25 +275,24 @@ func (s *Service) findBot(ctx context.Context, p *principal.Principal, id, ident
 			return nil, false, &fhir.Error{Code: fhir.EMultipleMatches, Message: "Multiple resources found matching condition"}
 		}
 		// The search answered what the caller may see; run the stored Bot.
-		rec, err := s.fhir.Load(ctx, p, "Bot", res.Records[0].ID)
+		rec, err := s.fhir.LoadCached(ctx, p, "Bot", res.Records[0].ID)
 		return rec, true, err
 	}
 	return nil, false, fhir.Errorf(fhir.ENotFound, "No bot found with identifier %s", identifier)
 }
 
 // botProject loads the bot's project and checks that it may run bots. It is
-// read on every execution, like the Bot, so that a change to its settings or
-// secrets, made on any replica, applies to the very next execution
-// everywhere: on SQLite the read cache serves it from memory (and sees other
-// processes' writes at once); on PostgreSQL it is one primary-key read. A
-// cache invalidated by the change feed would be stale for the moment the
-// notification takes to arrive (~1 ms), which a client that writes on one
-// replica and executes on another can hit.
+// looked up on every execution, like the Bot, so that a change to its
+// settings or secrets, made on any replica, applies to the very next
+// execution everywhere: on SQLite the read cache serves it from memory (and
+// sees other processes' writes at once); on PostgreSQL the store's copy
+// (ReadCached), which a write of a Bot or Project drops on every live
+// replica before it answers (decision 58, Changed).
 func (s *Service) botProject(ctx context.Context, project string, bot fhir.Resource) (fhir.Resource, error) {
 	if err := checkRuntimeVersion(bot); err != nil {
 		return nil, err
 	}
-	prec, err := s.store.Read(ctx, store.AllProjects, "Project", project)
+	prec, err := s.store.ReadCached(ctx, store.AllProjects, "Project", project)
 	if err != nil {
 		return nil, err
 	}

@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/google/uuid"
@@ -30,6 +31,13 @@ const (
 	deployReadyWait = 10 * time.Second
 	// deployReadyPoll is how often a waiting deploy looks again.
 	deployReadyPoll = 10 * time.Millisecond
+	// cachedSeenWait bounds how long a write of a Bot or Project waits for
+	// the other live replicas to have seen it (decision 58); a replica
+	// whose change notifications are lost reads the changes table every
+	// second, and so sees it within this.
+	cachedSeenWait = 3 * time.Second
+	// cachedSeenPoll is how often a waiting write looks again.
+	cachedSeenPoll = 2 * time.Millisecond
 )
 
 // replicaPresence tells the other replicas on the database that this
@@ -44,6 +52,21 @@ type replicaPresence struct {
 
 	waited   prometheus.Histogram
 	notReady prometheus.Counter
+	// seenWaited and seenBehind are the waits of writes of store.CachedTypes
+	// for the other replicas to see them, and the replicas that had not
+	// when a wait gave up.
+	seenWaited prometheus.Histogram
+	seenBehind prometheus.Counter
+
+	// seen is the last change of store.CachedTypes this replica's caches
+	// have dropped; seenChanged tells run to record it.
+	seen        atomic.Int64
+	seenChanged chan struct{}
+	// recorded is the last seen recorded (run's only).
+	recorded int64
+	// delivered is where the store's change feed stands (nil: unknown): a
+	// replica that started after a change has seen it without being told.
+	delivered func() int64
 
 	stop  chan struct{}
 	done  chan struct{}
@@ -51,7 +74,21 @@ type replicaPresence struct {
 }
 
 func newReplicaPresence(st store.Replicas, log *slog.Logger, reg prometheus.Registerer) *replicaPresence {
+	var delivered func() int64
+	if d, ok := st.(interface{ ChangesDelivered() int64 }); ok {
+		delivered = d.ChangesDelivered
+	}
 	p := &replicaPresence{st: st, id: uuid.NewString(), log: log, stop: make(chan struct{}), done: make(chan struct{}),
+		seenChanged: make(chan struct{}, 1), delivered: delivered,
+		seenWaited: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "sandbot_bot_cache_replica_wait_seconds",
+			Help:    "Time a write of a Bot or Project waited, after its commit, for every other live replica to drop its cached copy.",
+			Buckets: []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 3},
+		}),
+		seenBehind: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "sandbot_bot_cache_replicas_behind_total",
+			Help: "Replicas that had not dropped their cached copy of a Bot or Project when the write's wait for them gave up.",
+		}),
 		waited: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "sandbot_bot_deploy_replica_wait_seconds",
 			Help:    "Time a deploy waited, after its code was stored, for every other live replica to hold the module.",
@@ -63,7 +100,7 @@ func newReplicaPresence(st store.Replicas, log *slog.Logger, reg prometheus.Regi
 		}),
 	}
 	if reg != nil {
-		reg.MustRegister(p.waited, p.notReady)
+		reg.MustRegister(p.waited, p.notReady, p.seenWaited, p.seenBehind)
 	}
 	p.beat() // seen before the first deploy can wait for it
 	go p.run()
@@ -89,7 +126,71 @@ func (p *replicaPresence) run() {
 			return
 		case <-t.C:
 			p.beat()
+			if p.delivered != nil {
+				p.saw(p.delivered())
+			}
+		case <-p.seenChanged:
+			p.recordSeen()
 		}
+	}
+}
+
+// saw notes that this replica's caches dropped the changes of
+// store.CachedTypes up to seq; run records it for the writers that wait.
+func (p *replicaPresence) saw(seq int64) {
+	for {
+		old := p.seen.Load()
+		if seq <= old || p.seen.CompareAndSwap(old, seq) {
+			break
+		}
+	}
+	select {
+	case p.seenChanged <- struct{}{}:
+	default:
+	}
+}
+
+func (p *replicaPresence) recordSeen() {
+	ctx, cancel := context.WithTimeout(context.Background(), replicaBeat)
+	defer cancel()
+	seq := p.seen.Load()
+	if seq <= p.recorded {
+		return
+	}
+	if err := p.st.ReplicaSawChanges(ctx, p.id, seq); err != nil {
+		p.log.Warn("replica presence: changes seen", "err", err)
+		return
+	}
+	p.recorded = seq
+}
+
+// awaitSeen waits until every other live replica has seen the change seq
+// (dropped its copy), or cachedSeenWait has passed. The write is committed
+// already: a replica still behind is logged and counted.
+func (p *replicaPresence) awaitSeen(seq int64) {
+	start := time.Now()
+	deadline := start.Add(cachedSeenWait)
+	ctx, cancel := context.WithDeadline(context.Background(), deadline)
+	defer cancel()
+	var behind []string
+	defer func() {
+		p.seenWaited.Observe(time.Since(start).Seconds())
+		if len(behind) > 0 {
+			p.seenBehind.Add(float64(len(behind)))
+			p.log.Warn("a write of a Bot or Project answered before every replica dropped its copy", "change", seq, "replicas", behind, "waited", time.Since(start))
+		}
+	}()
+	for {
+		var err error
+		if behind, err = p.st.ReplicasBehind(ctx, p.id, seq, time.Now().Add(-replicaLive)); err != nil {
+			behind = nil
+			p.log.Warn("replica presence: waiting for the replicas to see a change", "change", seq, "err", err)
+			return
+		}
+		if len(behind) == 0 || !time.Now().Add(cachedSeenPoll).Before(deadline) {
+			return
+		}
+		time.Sleep(cachedSeenPoll)
 	}
 }
 

@@ -102,6 +102,12 @@ func (s *Service) Load(ctx context.Context, p *principal.Principal, typ, id stri
 	return s.load(ctx, p, typ, id, false)
 }
 
+// LoadCached is Load through store.Store.ReadCached, for a bot's execution
+// (whose Bot's writers wait for every replica to have seen their change).
+func (s *Service) LoadCached(ctx context.Context, p *principal.Principal, typ, id string) (*store.Record, error) {
+	return s.loadFrom(ctx, p, typ, id, false, s.st.ReadCached)
+}
+
 // LoadForUpdate is Load for a resource p may also update (its write
 // criteria hold): what a use-case reads before it changes it through Modify.
 func (s *Service) LoadForUpdate(ctx context.Context, p *principal.Principal, typ, id string) (*store.Record, error) {
@@ -112,10 +118,15 @@ func (s *Service) LoadForUpdate(ctx context.Context, p *principal.Principal, typ
 }
 
 func (s *Service) load(ctx context.Context, p *principal.Principal, typ, id string, write bool) (*store.Record, error) {
+	return s.loadFrom(ctx, p, typ, id, write, s.st.Read)
+}
+
+func (s *Service) loadFrom(ctx context.Context, p *principal.Principal, typ, id string, write bool,
+	read func(ctx context.Context, scope store.Scope, typ, id string) (*store.Record, error)) (*store.Record, error) {
 	if err := authorizeID(p, typ, id, OpRead); err != nil {
 		return nil, err
 	}
-	rec, err := s.st.Read(ctx, p.Scope(), typ, id)
+	rec, err := read(ctx, p.Scope(), typ, id)
 	if err != nil {
 		return nil, err
 	}
