@@ -115,10 +115,11 @@ type Store interface {
 	// nothing is. The Store passed to fn must be used for every operation of
 	// the transaction.
 	InTx(ctx context.Context, fn func(tx Store) error) error
-	// Lock, inside InTx, holds a lock on key until the transaction ends, so
-	// that transactions taking the same key run one after the other (two
-	// invitations of one new e-mail must not both create its User).
-	Lock(ctx context.Context, key string) error
+	// Lock, inside InTx, holds a lock on each key until the transaction
+	// ends, so that transactions taking the same key run one after the other
+	// (two invitations of one new e-mail must not both create its User).
+	// Several keys are taken in sorted order, with one round trip.
+	Lock(ctx context.Context, keys ...string) error
 	// KeyValue returns the value stored under name, storing the value made by
 	// create when there is none yet. Concurrent callers (replicas) all get the
 	// value that won.

@@ -14,13 +14,14 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/jmoiron/sqlx"
-	_ "github.com/lib/pq" // PostgreSQL driver
+	"github.com/lib/pq" // PostgreSQL driver (registered by its init)
 	"github.com/prometheus/client_golang/prometheus"
 	_ "modernc.org/sqlite" // SQLite driver
 
@@ -405,14 +406,23 @@ func (s *Store) rebind(q string) string { return s.db.Rebind(q) }
 // Lock implements store.Store. PostgreSQL takes a transaction-scoped
 // advisory lock; SQLite's immediate transactions already hold the database's
 // write lock from BEGIN, which serialises every writer.
-func (s *Store) Lock(ctx context.Context, key string) error {
+func (s *Store) Lock(ctx context.Context, keys ...string) error {
 	if s.tx == nil {
 		return errors.New("sqlstore: Lock outside a transaction")
 	}
-	if s.dialect != Postgres {
+	if s.dialect != Postgres || len(keys) == 0 {
 		return nil
 	}
-	_, err := s.q.ExecContext(ctx, `SELECT pg_advisory_xact_lock(hashtextextended($1, 0))`, key)
+	if len(keys) == 1 {
+		_, err := s.q.ExecContext(ctx, `SELECT pg_advisory_xact_lock(hashtextextended($1, 0))`, keys[0])
+		return err
+	}
+	// In sorted order (the subquery's), so that two transactions taking
+	// overlapping keys never wait for each other in a cycle.
+	sorted := slices.Clone(keys)
+	slices.Sort(sorted)
+	_, err := s.q.ExecContext(ctx, `SELECT pg_advisory_xact_lock(hashtextextended(k, 0)) FROM (SELECT DISTINCT k FROM unnest($1::text[]) AS k ORDER BY k) AS sorted`,
+		pq.Array(slices.Compact(sorted)))
 	return err
 }
 

@@ -498,6 +498,37 @@ func testLock(t *testing.T, s store.Store) {
 	if err := s.Lock(ctx, "x"); err == nil {
 		t.Error("Lock outside a transaction must fail")
 	}
+	// Several keys at once, named in any order and repeated: transactions
+	// whose keys overlap run one after the other, and never deadlock.
+	for i := 0; i < 10; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			keys := []string{"email:m1@example.com", "email:m2@example.com", "email:m1@example.com"}
+			if i%2 == 1 {
+				keys = []string{"email:m2@example.com", "email:m1@example.com"}
+			}
+			err := s.InTx(ctx, func(tx store.Store) error {
+				if err := tx.Lock(ctx, keys...); err != nil {
+					return err
+				}
+				req, _ := fhir.ParseSearch("User", "email=multi@example.com")
+				found, err := tx.Search(ctx, store.AllProjects, req)
+				if err != nil || len(found.Records) > 0 {
+					return err
+				}
+				_, err = tx.Create(ctx, res(t, `{"resourceType":"User","email":"multi@example.com","firstName":"A","lastName":"B"}`), store.Write{Project: "p1"})
+				return err
+			})
+			if err != nil {
+				t.Error(err)
+			}
+		}()
+	}
+	wg.Wait()
+	if n := len(search(t, s, store.AllProjects, "User", "email=multi@example.com").Records); n != 1 {
+		t.Errorf("%d Users created under several keys, want 1", n)
+	}
 }
 
 func testCreateMany(t *testing.T, s store.Store) {

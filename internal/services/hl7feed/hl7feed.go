@@ -219,7 +219,8 @@ type keepRequest struct {
 
 type keepResult struct {
 	dup bool
-	// task is the id of the message's task (when it is not a duplicate).
+	// task is the id of the message's task (when it is not a duplicate and
+	// its channel is in application mode; 0 otherwise).
 	task int64
 	// ends is when the message's deduplication window ends, and value what
 	// the window held when the message was counted (for a duplicate: the
@@ -305,13 +306,23 @@ func (s *Service) commit(batch []keepRequest) {
 			dups[i], ends[i], values[i] = hits > 1, end, value
 		}
 		tasks := make([]jobs.Task, 0, len(batch))
+		application := false
 		for i, r := range batch {
 			if !dups[i] {
 				tasks = append(tasks, jobs.Task{Kind: taskKind, Project: r.project, Payload: r.payload,
 					MaxAttempts: MaxAttempts, Partition: r.partition})
+				application = application || r.application
 			}
 		}
-		got, err := s.cfg.Jobs.EnqueueManyIDs(ctx, tx, tasks)
+		// Only an application-mode message needs its task's id (its
+		// connection waits for that task); reading the ids back costs.
+		var got []int64
+		var err error
+		if application {
+			got, err = s.cfg.Jobs.EnqueueManyIDs(ctx, tx, tasks)
+		} else {
+			err = s.cfg.Jobs.EnqueueMany(ctx, tx, tasks)
+		}
 		if err != nil {
 			return err
 		}

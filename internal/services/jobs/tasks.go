@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"sort"
 	"sync"
 	"time"
 
@@ -92,16 +91,22 @@ func (e *Engine) Enqueue(ctx context.Context, tx store.Store, t Task) error {
 }
 
 // EnqueueMany adds tasks in tx, in their order, with one insert: the
-// partitions' locks are taken in sorted order (two transactions never wait
-// for each other in a cycle), and each project's backlog is counted once.
+// partitions' locks are taken at once, in sorted order (two transactions
+// never wait for each other in a cycle), and each project's backlog is
+// counted once.
 func (e *Engine) EnqueueMany(ctx context.Context, tx store.Store, tasks []Task) error {
-	_, err := e.EnqueueManyIDs(ctx, tx, tasks)
+	_, err := e.enqueueMany(ctx, tx, tasks, false)
 	return err
 }
 
 // EnqueueManyIDs is EnqueueMany, answering the tasks' ids (Job.TaskID), in
-// their order, for TaskState.
+// their order, for TaskState. It costs more: River reads the inserted jobs
+// back (on SQLite, 215 µs a task in batches of ten, against 154 without).
 func (e *Engine) EnqueueManyIDs(ctx context.Context, tx store.Store, tasks []Task) ([]int64, error) {
+	return e.enqueueMany(ctx, tx, tasks, true)
+}
+
+func (e *Engine) enqueueMany(ctx context.Context, tx store.Store, tasks []Task, withIDs bool) ([]int64, error) {
 	if len(tasks) == 0 {
 		return nil, nil
 	}
@@ -121,12 +126,13 @@ func (e *Engine) EnqueueManyIDs(ctx context.Context, tx store.Store, tasks []Tas
 			parts = append(parts, t.Partition)
 		}
 	}
-	sort.Strings(parts)
-	for i, p := range parts {
-		if i == 0 || p != parts[i-1] {
-			if err := tx.Lock(ctx, "task-partition "+p); err != nil {
-				return nil, err
-			}
+	if len(parts) > 0 {
+		keys := make([]string, len(parts))
+		for i, p := range parts {
+			keys[i] = "task-partition " + p
+		}
+		if err := tx.Lock(ctx, keys...); err != nil {
+			return nil, err
 		}
 	}
 	type qp struct{ queue, project string }
@@ -165,18 +171,29 @@ func (e *Engine) EnqueueManyIDs(ctx context.Context, tx store.Store, tasks []Tas
 			Args: args{K: t.Kind, Project: t.Project, Payload: t.Payload, Partition: t.Partition}, InsertOpts: opts})
 		queues = append(queues, reg.queue)
 	}
+	if !withIDs {
+		if _, err := client.InsertManyFastTx(ctx, sqlTx, params); err != nil {
+			return nil, err
+		}
+		e.countSubmitted(queues)
+		return nil, nil
+	}
 	res, err := client.InsertManyTx(ctx, sqlTx, params)
 	if err != nil {
 		return nil, err
 	}
-	for _, q := range queues {
-		e.metrics.submitted.WithLabelValues(q).Inc()
-	}
+	e.countSubmitted(queues)
 	ids := make([]int64, len(res))
 	for i, r := range res {
 		ids[i] = r.Job.ID
 	}
 	return ids, nil
+}
+
+func (e *Engine) countSubmitted(queues []string) {
+	for _, q := range queues {
+		e.metrics.submitted.WithLabelValues(q).Inc()
+	}
 }
 
 // TaskState is what became of a task: its state ("available", "running",
