@@ -159,6 +159,32 @@ func BenchmarkExecuteJSTrivial(b *testing.B) {
 	}
 }
 
+// BenchmarkJSHL7: a JavaScript bot given an HL7 v2 message (the HL7
+// feed's benchmark message), which the bridge parses into an Hl7Message
+// before the handler runs: "input" answers one field of it, "ack" answers
+// event.input.buildAck(), as the HL7 feed's benchmark bot does.
+//
+//	go test ./runtime -run '^$' -bench JSHL7 -benchtime 1000x
+func BenchmarkJSHL7(b *testing.B) {
+	r := jsRuntime(b)
+	msg := "MSH|^~\\&|SEND|FAC|RECV|FAC|20250101120000||ADT^A08^ADT_A01|ctl-1|P|2.5\rEVN|A08|20250101120000\rPID|1||PAT1^^^MRN^MR||Doe^Jane||19800101|F\r"
+	ev := jsEvent(b, MediaHL7, msg)
+	for _, c := range []struct{ name, code, want string }{
+		{"input", `exports.handler = async (medplum, event) => event.input.getSegment('PID').getField(3).toString();`, "PAT1^^^MRN^MR"},
+		{"ack", `exports.handler = async (medplum, event) => event.input.buildAck();`, "MSA|AA|ctl-1"},
+	} {
+		b.Run(c.name, func(b *testing.B) {
+			m := compileJS(b, r, c.code)
+			for b.Loop() {
+				res, err := r.Execute(context.Background(), m, Execution{Event: ev})
+				if err != nil || !strings.Contains(string(res.Envelope.Result), c.want) {
+					b.Fatal(err, res)
+				}
+			}
+		})
+	}
+}
+
 // TestJSDeepRecursion: JavaScript recursion meets QuickJS's own stack limit,
 // a RangeError the bot can catch; recursion through C (JSON.stringify of a
 // structure nested 10^5 deep) may meet the engine's call depth limit first,

@@ -350,12 +350,10 @@ func (f *changeFeed) committed(changes []store.Change) {
 	if f.counter != nil {
 		atomic.AddUint64(f.counter, 1)
 	}
-	local := make([]store.Change, len(changes))
-	for i, c := range changes {
-		c.Local = true
-		local[i] = c
+	for i := range changes {
+		changes[i].Local = true
 	}
-	f.deliver("commit", local)
+	f.deliver("commit", changes)
 }
 
 // recordChanges writes, in the transaction about to commit, a changes row

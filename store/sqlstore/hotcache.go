@@ -9,9 +9,9 @@ import (
 // hotCacheMax bounds the rows kept; past it the cache starts again empty.
 const hotCacheMax = 10_000
 
-// hotCache keeps, on PostgreSQL, the rows of store.CachedTypes that reads outside a
-// transaction fetched, so that an execution reads its Bot and Project from
-// memory instead of making two round trips (which halved the throughput of
+// hotCache keeps, on PostgreSQL, the rows of store.CachedTypes that
+// ReadCached fetched outside a transaction, so that an execution reads its
+// Bot and Project from memory instead of making two round trips (which halved the throughput of
 // $execute against SQLite, docs/performance.md). SQLite has its own exact
 // read cache (readCache), which serves every type.
 //

@@ -14,7 +14,6 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
-	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -413,16 +412,10 @@ func (s *Store) Lock(ctx context.Context, keys ...string) error {
 	if s.dialect != Postgres || len(keys) == 0 {
 		return nil
 	}
-	if len(keys) == 1 {
-		_, err := s.q.ExecContext(ctx, `SELECT pg_advisory_xact_lock(hashtextextended($1, 0))`, keys[0])
-		return err
-	}
-	// In sorted order (the subquery's), so that two transactions taking
-	// overlapping keys never wait for each other in a cycle.
-	sorted := slices.Clone(keys)
-	slices.Sort(sorted)
+	// In the subquery's order, so that two transactions taking overlapping
+	// keys never wait for each other in a cycle.
 	_, err := s.q.ExecContext(ctx, `SELECT pg_advisory_xact_lock(hashtextextended(k, 0)) FROM (SELECT DISTINCT k FROM unnest($1::text[]) AS k ORDER BY k) AS sorted`,
-		pq.Array(slices.Compact(sorted)))
+		pq.Array(keys))
 	return err
 }
 

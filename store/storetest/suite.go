@@ -469,21 +469,41 @@ func testLock(t *testing.T, s store.Store) {
 	ctx := context.Background()
 	// Ten transactions each look for a User by e-mail and create it when
 	// absent; under the lock exactly one creates it.
+	createUnderLock(t, s, "same@example.com", func(int) []string { return []string{"user-email:same@example.com"} })
+	if err := s.Lock(ctx, "x"); err == nil {
+		t.Error("Lock outside a transaction must fail")
+	}
+	// Several keys at once, named in any order and repeated: transactions
+	// whose keys overlap run one after the other, and never deadlock.
+	createUnderLock(t, s, "multi@example.com", func(i int) []string {
+		if i%2 == 1 {
+			return []string{"email:m2@example.com", "email:m1@example.com"}
+		}
+		return []string{"email:m1@example.com", "email:m2@example.com", "email:m1@example.com"}
+	})
+}
+
+// createUnderLock runs ten transactions at once that each take the locks
+// keys(i) names, look for the User of email and create it when absent, and
+// checks that exactly one was created.
+func createUnderLock(t *testing.T, s store.Store, email string, keys func(i int) []string) {
+	t.Helper()
+	ctx := context.Background()
 	var wg sync.WaitGroup
 	for i := 0; i < 10; i++ {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			err := s.InTx(ctx, func(tx store.Store) error {
-				if err := tx.Lock(ctx, "user-email:same@example.com"); err != nil {
+				if err := tx.Lock(ctx, keys(i)...); err != nil {
 					return err
 				}
-				req, _ := fhir.ParseSearch("User", "email=same@example.com")
+				req, _ := fhir.ParseSearch("User", "email="+email)
 				found, err := tx.Search(ctx, store.AllProjects, req)
 				if err != nil || len(found.Records) > 0 {
 					return err
 				}
-				_, err = tx.Create(ctx, res(t, `{"resourceType":"User","email":"same@example.com","firstName":"A","lastName":"B"}`), store.Write{Project: "p1"})
+				_, err = tx.Create(ctx, res(t, `{"resourceType":"User","email":"`+email+`","firstName":"A","lastName":"B"}`), store.Write{Project: "p1"})
 				return err
 			})
 			if err != nil {
@@ -492,42 +512,8 @@ func testLock(t *testing.T, s store.Store) {
 		}()
 	}
 	wg.Wait()
-	if n := len(search(t, s, store.AllProjects, "User", "email=same@example.com").Records); n != 1 {
-		t.Errorf("%d Users created, want 1", n)
-	}
-	if err := s.Lock(ctx, "x"); err == nil {
-		t.Error("Lock outside a transaction must fail")
-	}
-	// Several keys at once, named in any order and repeated: transactions
-	// whose keys overlap run one after the other, and never deadlock.
-	for i := 0; i < 10; i++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			keys := []string{"email:m1@example.com", "email:m2@example.com", "email:m1@example.com"}
-			if i%2 == 1 {
-				keys = []string{"email:m2@example.com", "email:m1@example.com"}
-			}
-			err := s.InTx(ctx, func(tx store.Store) error {
-				if err := tx.Lock(ctx, keys...); err != nil {
-					return err
-				}
-				req, _ := fhir.ParseSearch("User", "email=multi@example.com")
-				found, err := tx.Search(ctx, store.AllProjects, req)
-				if err != nil || len(found.Records) > 0 {
-					return err
-				}
-				_, err = tx.Create(ctx, res(t, `{"resourceType":"User","email":"multi@example.com","firstName":"A","lastName":"B"}`), store.Write{Project: "p1"})
-				return err
-			})
-			if err != nil {
-				t.Error(err)
-			}
-		}()
-	}
-	wg.Wait()
-	if n := len(search(t, s, store.AllProjects, "User", "email=multi@example.com").Records); n != 1 {
-		t.Errorf("%d Users created under several keys, want 1", n)
+	if n := len(search(t, s, store.AllProjects, "User", "email="+email).Records); n != 1 {
+		t.Errorf("%d Users with e-mail %s created, want 1", n, email)
 	}
 }
 

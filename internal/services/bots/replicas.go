@@ -169,28 +169,36 @@ func (p *replicaPresence) recordSeen() {
 // already: a replica still behind is logged and counted.
 func (p *replicaPresence) awaitSeen(seq int64) {
 	start := time.Now()
-	deadline := start.Add(cachedSeenWait)
-	ctx, cancel := context.WithDeadline(context.Background(), deadline)
+	ctx, cancel := context.WithTimeout(context.Background(), cachedSeenWait+replicaBeat)
 	defer cancel()
-	var behind []string
-	defer func() {
-		p.seenWaited.Observe(time.Since(start).Seconds())
-		if len(behind) > 0 {
-			p.seenBehind.Add(float64(len(behind)))
-			p.log.Warn("a write of a Bot or Project answered before every replica dropped its copy", "change", seq, "replicas", behind, "waited", time.Since(start))
-		}
-	}()
+	behind, err := pollReplicas(ctx, cachedSeenWait, cachedSeenPoll, func(ctx context.Context) ([]string, error) {
+		return p.st.ReplicasBehind(ctx, p.id, seq, time.Now().Add(-replicaLive))
+	})
+	p.seenWaited.Observe(time.Since(start).Seconds())
+	switch {
+	case err != nil:
+		p.log.Warn("replica presence: waiting for the replicas to see a change", "change", seq, "err", err)
+	case len(behind) > 0:
+		p.seenBehind.Add(float64(len(behind)))
+		p.log.Warn("a write of a Bot or Project answered before every replica dropped its copy", "change", seq, "replicas", behind, "waited", time.Since(start))
+	}
+}
+
+// pollReplicas asks pending for the replicas not yet where a wait wants
+// them, every poll, until there are none, limit has passed or ctx ends, and
+// answers those still pending then.
+func pollReplicas(ctx context.Context, limit, poll time.Duration, pending func(context.Context) ([]string, error)) ([]string, error) {
+	deadline := time.Now().Add(limit)
 	for {
-		var err error
-		if behind, err = p.st.ReplicasBehind(ctx, p.id, seq, time.Now().Add(-replicaLive)); err != nil {
-			behind = nil
-			p.log.Warn("replica presence: waiting for the replicas to see a change", "change", seq, "err", err)
-			return
+		left, err := pending(ctx)
+		if err != nil || len(left) == 0 || !time.Now().Before(deadline) {
+			return left, err
 		}
-		if len(behind) == 0 || !time.Now().Add(cachedSeenPoll).Before(deadline) {
-			return
+		select {
+		case <-ctx.Done():
+			return left, nil
+		case <-time.After(poll):
 		}
-		time.Sleep(cachedSeenPoll)
 	}
 }
 
@@ -223,29 +231,16 @@ func (p *replicaPresence) ready(ctx context.Context, hash string) {
 // nothing here fails the deploy; a replica not ready is logged and counted.
 func (p *replicaPresence) await(ctx context.Context, hash string) {
 	start := time.Now()
-	deadline := start.Add(deployReadyWait)
-	var missing []string
-	defer func() {
-		p.waited.Observe(time.Since(start).Seconds())
-		if len(missing) > 0 {
-			p.notReady.Add(float64(len(missing)))
-			p.log.Warn("deploy answered before every replica held the module", "module", hash, "replicas", missing, "waited", time.Since(start))
-		}
-	}()
-	for {
-		var err error
-		if missing, err = p.missing(ctx, hash); err != nil {
-			p.log.Warn("replica presence: deploy wait", "module", hash, "err", err)
-			return
-		}
-		if len(missing) == 0 || !time.Now().Before(deadline) {
-			return
-		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-time.After(deployReadyPoll):
-		}
+	missing, err := pollReplicas(ctx, deployReadyWait, deployReadyPoll, func(ctx context.Context) ([]string, error) {
+		return p.missing(ctx, hash)
+	})
+	p.waited.Observe(time.Since(start).Seconds())
+	switch {
+	case err != nil:
+		p.log.Warn("replica presence: deploy wait", "module", hash, "err", err)
+	case len(missing) > 0:
+		p.notReady.Add(float64(len(missing)))
+		p.log.Warn("deploy answered before every replica held the module", "module", hash, "replicas", missing, "waited", time.Since(start))
 	}
 }
 

@@ -101,7 +101,8 @@ func (e *Engine) EnqueueMany(ctx context.Context, tx store.Store, tasks []Task) 
 
 // EnqueueManyIDs is EnqueueMany, answering the tasks' ids (Job.TaskID), in
 // their order, for TaskState. It costs more: River reads the inserted jobs
-// back (on SQLite, 215 µs a task in batches of ten, against 154 without).
+// back (BenchmarkEnqueueTen: on SQLite 244 µs a task in batches of ten,
+// against 167 without).
 func (e *Engine) EnqueueManyIDs(ctx context.Context, tx store.Store, tasks []Task) ([]int64, error) {
 	return e.enqueueMany(ctx, tx, tasks, true)
 }
@@ -120,17 +121,13 @@ func (e *Engine) enqueueMany(ctx context.Context, tx store.Store, tasks []Task, 
 	}
 	// Tasks of a partition are inserted one transaction at a time, so that
 	// their ids are in commit order.
-	var parts []string
+	var keys []string
 	for _, t := range tasks {
 		if t.Partition != "" {
-			parts = append(parts, t.Partition)
+			keys = append(keys, "task-partition "+t.Partition)
 		}
 	}
-	if len(parts) > 0 {
-		keys := make([]string, len(parts))
-		for i, p := range parts {
-			keys[i] = "task-partition " + p
-		}
+	if len(keys) > 0 {
 		if err := tx.Lock(ctx, keys...); err != nil {
 			return nil, err
 		}
