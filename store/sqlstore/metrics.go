@@ -19,6 +19,11 @@ const (
 	opHistory     = "history"     // History
 	opSearch      = "search"      // Search, its count included
 	opTransaction = "transaction" // InTx: every write, from BEGIN (SQLite's write lock included) to COMMIT
+	// opBegin is the start of InTx's transaction alone: the wait for a
+	// pooled connection and, on SQLite, for the write lock, which a writer
+	// that finds it taken waits for in SQLite's busy handler, sleeping 1,
+	// 2, 5, 10, 15, 20, 25 ms and so on between tries (docs/performance.md).
+	opBegin = "begin"
 )
 
 // storeMetrics say how long the database takes and when it fails, apart
@@ -36,7 +41,7 @@ func newStoreMetrics(reg prometheus.Registerer, dialect Dialect) *storeMetrics {
 	m := &storeMetrics{
 		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:        "sandbot_store_operation_duration_seconds",
-			Help:        "Time of store operations outside transactions (read, history, search) and of whole transactions (transaction: every write, from BEGIN to COMMIT), whatever their outcome.",
+			Help:        "Time of store operations outside transactions (read, history, search) and of whole transactions (transaction: every write, from BEGIN to COMMIT; begin: the wait for a connection and, on SQLite, for the write lock, before the transaction's first statement), whatever their outcome.",
 			Buckets:     []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10},
 			ConstLabels: labels,
 		}, []string{"op"}),

@@ -84,6 +84,10 @@ func TestStoreMetrics(t *testing.T) {
 			if got := count("transaction"); got < 3 {
 				t.Errorf("transactions timed: %d, want at least 3", got)
 			}
+			// Each transaction's start is timed too.
+			if got, txs := count("begin"), count("transaction"); got < txs {
+				t.Errorf("transaction starts timed: %d, want at least the %d transactions", got, txs)
+			}
 			errs := func(op, kind string) float64 {
 				c, err := reg.Gather()
 				if err != nil {

@@ -347,7 +347,11 @@ func (s *Store) InTx(ctx context.Context, fn func(tx store.Store) error) error {
 
 func (s *Store) runTx(ctx context.Context, fn func(tx store.Store) error) error {
 	opts := &sql.TxOptions{}
+	start := time.Now()
 	tx, err := s.db.BeginTxx(ctx, opts)
+	if m := s.metrics; m != nil {
+		m.duration.WithLabelValues(opBegin).Observe(time.Since(start).Seconds())
+	}
 	if err != nil {
 		return fmt.Errorf("begin: %w", err)
 	}
