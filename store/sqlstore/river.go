@@ -37,7 +37,7 @@ func (s *Store) RiverDriver(ctx context.Context) (riverdriver.Driver[*sql.Tx], e
 	r := s.river
 	r.once.Do(func() {
 		if s.dialect == SQLite {
-			r.driver = riversqlite.New(s.db.DB)
+			r.driver = fastInsertSQLite{riversqlite.New(s.db.DB)}
 			return
 		}
 		cfg, err := pgxpool.ParseConfig(s.url)

@@ -101,8 +101,9 @@ func (e *Engine) EnqueueMany(ctx context.Context, tx store.Store, tasks []Task) 
 
 // EnqueueManyIDs is EnqueueMany, answering the tasks' ids (Job.TaskID), in
 // their order, for TaskState. It costs more: River reads the inserted jobs
-// back (BenchmarkEnqueueTen: on SQLite 244 µs a task in batches of ten,
-// against 167 without).
+// back, and on SQLite through its own JSON statement, which EnqueueMany's
+// insert avoids (sqlstore's fastInsertSQLite). BenchmarkEnqueueTen, batches
+// of ten: on SQLite 140-146 µs a task, against 74-80 without.
 func (e *Engine) EnqueueManyIDs(ctx context.Context, tx store.Store, tasks []Task) ([]int64, error) {
 	return e.enqueueMany(ctx, tx, tasks, true)
 }
