@@ -26,7 +26,8 @@ import (
 // writes without waiting for each ACK). The channel's bot is a trivial
 // JavaScript bot, which runs in the background meanwhile (partitioned per
 // patient, 50 patients); the feed-only runs stop the job workers first.
-// Report: msgs/s. In the same run, the peer: @medplum/hl7's Hl7Server
+// Report: msgs/s, and the messages a keeping transaction committed on
+// average (msgs/commit). In the same run, the peer: @medplum/hl7's Hl7Server
 // (compat/hl7-peer.mjs, the reference's own listener) answering AA from
 // memory, driven by the same client (skipped without node or compat's
 // packages).
@@ -40,7 +41,10 @@ func BenchmarkHL7Feed(b *testing.B) {
 		// A trivial bot: the figure is the feed's.
 		deployJSCode(b, f.c, f.bot, "hl7-recorder", "exports.handler = async (medplum, event) => event.input.buildAck();")
 		run := func(name string, conns int, pipelined bool) {
-			b.Run(backend.Name+"/"+name, func(b *testing.B) { driveMLLP(b, f.addr, name, conns, pipelined) })
+			b.Run(backend.Name+"/"+name, func(b *testing.B) {
+				defer reportBatch(b, s)()
+				driveMLLP(b, f.addr, name, conns, pipelined)
+			})
 		}
 		// With the bot running: also how fast the messages were run, from
 		// the first sent to the last run (run-msgs/s). The runs are read
@@ -48,6 +52,7 @@ func BenchmarkHL7Feed(b *testing.B) {
 		// jobs' queue depth), so looking more often slows the runs.
 		runAll := func(name string, conns int, pipelined bool) {
 			b.Run(backend.Name+"/"+name, func(b *testing.B) {
+				defer reportBatch(b, s)()
 				before := botRuns(b, s)
 				start := time.Now()
 				driveMLLP(b, f.addr, name, conns, pipelined)
@@ -158,6 +163,34 @@ func driveMLLP(b *testing.B, addr, name string, conns int, pipelined bool) {
 	}
 	wg.Wait()
 	b.ReportMetric(float64(per*conns)/time.Since(start).Seconds(), "msgs/s")
+}
+
+// reportBatch reports, when the function it answers is called, how many
+// messages the keeping transactions committed at once since it was called,
+// on average (msgs/commit).
+func reportBatch(b *testing.B, s *servertest.Server) func() {
+	sum, n := commitBatches(b, s)
+	return func() {
+		sum2, n2 := commitBatches(b, s)
+		if n2 > n {
+			b.ReportMetric((sum2-sum)/float64(n2-n), "msgs/commit")
+		}
+	}
+}
+
+func commitBatches(b *testing.B, s *servertest.Server) (sum float64, n uint64) {
+	mfs, err := s.Registry.Gather()
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() == "sandbot_mllp_commit_batch_size" {
+			for _, m := range mf.GetMetric() {
+				sum, n = sum+m.GetHistogram().GetSampleSum(), n+m.GetHistogram().GetSampleCount()
+			}
+		}
+	}
+	return sum, n
 }
 
 // botRuns is how many messages s's HL7 feed has run through the bot (or
