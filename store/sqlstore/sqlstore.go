@@ -20,7 +20,7 @@ import (
 	"time"
 
 	"github.com/jmoiron/sqlx"
-	"github.com/lib/pq" // PostgreSQL driver (registered by its init)
+	"github.com/lib/pq"
 	"github.com/prometheus/client_golang/prometheus"
 	_ "modernc.org/sqlite" // SQLite driver
 
@@ -174,10 +174,12 @@ func Open(ctx context.Context, databaseURL string, opts Options) (*Store, error)
 	var err error
 	switch dialect {
 	case Postgres:
-		db, err = sqlx.Open("postgres", databaseURL)
+		registerCachingDrivers()
+		sqlDB, err := sql.Open(postgresDriverName, databaseURL)
 		if err != nil {
 			return nil, fmt.Errorf("open postgres: %w", err)
 		}
+		db = sqlx.NewDb(sqlDB, "postgres")
 		n := opts.MaxOpenConns
 		if n == 0 {
 			n = 20
@@ -216,7 +218,7 @@ func Open(ctx context.Context, databaseURL string, opts Options) (*Store, error)
 		// then copied to the database once instead of at every checkpoint.
 		q.Add("_pragma", "wal_autocheckpoint(4096)")
 		q.Set("_txlock", "immediate")
-		registerSQLiteDriver()
+		registerCachingDrivers()
 		sqlDB, err := sql.Open(sqliteDriverName, "file:"+databaseURL+"?"+q.Encode())
 		if err != nil {
 			return nil, fmt.Errorf("open sqlite: %w", err)

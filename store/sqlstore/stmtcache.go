@@ -7,20 +7,35 @@ import (
 	"database/sql/driver"
 	"io"
 	"reflect"
+	"strings"
 	"sync"
 
+	"github.com/lib/pq"
 	"modernc.org/sqlite"
 )
 
-// sqliteDriverName is the SQLite driver the store opens: modernc's, with a
+// The drivers the store opens: modernc's SQLite and lib/pq, each with a
 // prepared statement cache per connection (cachingConn).
-const sqliteDriverName = "sandbot-sqlite"
+const (
+	sqliteDriverName   = "sandbot-sqlite"
+	postgresDriverName = "sandbot-postgres"
+)
 
-var registerSQLite sync.Once
+var registerDrivers sync.Once
 
-func registerSQLiteDriver() {
-	registerSQLite.Do(func() { sql.Register(sqliteDriverName, &cachingDriver{base: &sqlite.Driver{}}) })
+func registerCachingDrivers() {
+	registerDrivers.Do(func() {
+		sql.Register(sqliteDriverName, &cachingDriver{base: &sqlite.Driver{}, prepareNoArgs: true})
+		sql.Register(postgresDriverName, &cachingDriver{base: &pq.Driver{}, setup: postgresSetup})
+	})
 }
+
+// postgresSetup is run on each new PostgreSQL connection. A cached
+// statement is planned again at each run, as an unprepared one is: after
+// five runs PostgreSQL may otherwise keep a generic plan, blind to the
+// parameters, which the searches' plans depend on (docs/performance.md,
+// the member search).
+const postgresSetup = `SET plan_cache_mode = force_custom_plan`
 
 // stmtCacheSize bounds the statements each connection keeps prepared. The
 // server's queries are a few hundred distinct texts at most; the search
@@ -31,21 +46,43 @@ const stmtCacheSize = 256
 // scripts (migrations) or one-off statements.
 const stmtCacheMaxQuery = 16 << 10
 
-// cachingDriver opens modernc's SQLite connections with a prepared
-// statement cache. modernc prepares every query given to a connection
-// (Exec, Query) and finalizes it afterwards; parsing the SQL was 31% of the
-// CPU of keeping HL7 messages (River's job inserts, whose text is built per
-// call) and 7% of storing AuditEvents (docs/performance.md). With the
-// cache, a query text seen before on the connection runs its prepared
-// statement again.
-type cachingDriver struct{ base driver.Driver }
+// cachingDriver opens connections with a prepared statement cache.
+//
+// modernc prepares every query given to a connection (Exec, Query) and
+// finalizes it afterwards; parsing the SQL was 31% of the CPU of keeping
+// HL7 messages (River's job inserts, whose text is built per call) and 7% of
+// storing AuditEvents (docs/performance.md).
+//
+// lib/pq sends a query with parameters as an unnamed statement: one round
+// trip to parse and describe it, a second to bind and run it, and the
+// server parses it every time. A cached (named) statement runs in one round
+// trip. A query without parameters is sent as a simple query (one round
+// trip already), and COPY is not a statement to keep: both pass through.
+//
+// With the cache, a query text seen before on the connection runs its
+// prepared statement again.
+type cachingDriver struct {
+	base driver.Driver
+	// prepareNoArgs: queries without parameters are cached too.
+	prepareNoArgs bool
+	// setup, if any, is run on each new connection.
+	setup string
+}
 
 func (d *cachingDriver) Open(name string) (driver.Conn, error) {
 	c, err := d.base.Open(name)
 	if err != nil {
 		return nil, err
 	}
-	return newCachingConn(c), nil
+	if d.setup != "" {
+		if ex, ok := c.(driver.ExecerContext); ok {
+			if _, err := ex.ExecContext(context.Background(), d.setup, nil); err != nil {
+				c.Close()
+				return nil, err
+			}
+		}
+	}
+	return newCachingConn(c, d.prepareNoArgs), nil
 }
 
 // The interfaces modernc's connection implements that database/sql uses.
@@ -64,8 +101,17 @@ type sqliteConn interface {
 // connection from one goroutine at a time, so the cache needs no lock.
 type cachingConn struct {
 	sqliteConn
-	byQuery map[string]*list.Element // of *cachedStmt
-	lru     *list.List               // most recently used first
+	prepareNoArgs bool
+	byQuery       map[string]*list.Element // of *cachedStmt
+	lru           *list.List               // most recently used first
+}
+
+// checkingConn is a cachingConn whose driver converts arguments itself
+// (lib/pq's arrays and unsigned integers): database/sql asks the
+// connection, which must still answer.
+type checkingConn struct {
+	*cachingConn
+	driver.NamedValueChecker
 }
 
 type cachedStmt struct {
@@ -78,18 +124,22 @@ type cachedStmt struct {
 	evicted bool
 }
 
-func newCachingConn(c driver.Conn) driver.Conn {
+func newCachingConn(c driver.Conn, prepareNoArgs bool) driver.Conn {
 	sc, ok := c.(sqliteConn)
 	if !ok {
-		return c // not the driver this was written for: no cache
+		return c // not a driver this was written for: no cache
 	}
-	return &cachingConn{sqliteConn: sc, byQuery: map[string]*list.Element{}, lru: list.New()}
+	cc := &cachingConn{sqliteConn: sc, prepareNoArgs: prepareNoArgs, byQuery: map[string]*list.Element{}, lru: list.New()}
+	if nc, ok := c.(driver.NamedValueChecker); ok {
+		return &checkingConn{cachingConn: cc, NamedValueChecker: nc}
+	}
+	return cc
 }
 
 // stmt returns the cached statement of query, preparing it on a miss, or
 // nil when query is not to be cached.
-func (c *cachingConn) stmt(ctx context.Context, query string) (*cachedStmt, error) {
-	if len(query) > stmtCacheMaxQuery {
+func (c *cachingConn) stmt(ctx context.Context, query string, args int) (*cachedStmt, error) {
+	if len(query) > stmtCacheMaxQuery || (args == 0 && !c.prepareNoArgs) || isCopy(query) {
 		return nil, nil
 	}
 	if e, ok := c.byQuery[query]; ok {
@@ -129,7 +179,7 @@ func (c *cachingConn) forget(cs *cachedStmt) {
 }
 
 func (c *cachingConn) ExecContext(ctx context.Context, query string, args []driver.NamedValue) (driver.Result, error) {
-	cs, err := c.stmt(ctx, query)
+	cs, err := c.stmt(ctx, query, len(args))
 	if err != nil || cs == nil || cs.busy {
 		return c.sqliteConn.ExecContext(ctx, query, args)
 	}
@@ -141,7 +191,7 @@ func (c *cachingConn) ExecContext(ctx context.Context, query string, args []driv
 }
 
 func (c *cachingConn) QueryContext(ctx context.Context, query string, args []driver.NamedValue) (driver.Rows, error) {
-	cs, err := c.stmt(ctx, query)
+	cs, err := c.stmt(ctx, query, len(args))
 	if err != nil || cs == nil || cs.busy {
 		return c.sqliteConn.QueryContext(ctx, query, args)
 	}
@@ -166,6 +216,12 @@ func (c *cachingConn) Close() error {
 	c.lru.Init()
 	clear(c.byQuery)
 	return c.sqliteConn.Close()
+}
+
+// isCopy tells a COPY statement, which lib/pq prepares as a copy-in.
+func isCopy(query string) bool {
+	q := strings.TrimLeft(query, " \t\r\n")
+	return len(q) >= 4 && strings.EqualFold(q[:4], "copy")
 }
 
 // cachedRows are the rows of a cached statement: closing them makes the

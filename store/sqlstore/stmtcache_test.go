@@ -6,11 +6,13 @@ import (
 	"fmt"
 	"path/filepath"
 	"testing"
+
+	"github.com/sandbot/sandbot/store/storetest"
 )
 
 func openCachingDB(t *testing.T) (*sql.DB, *sql.Conn) {
 	t.Helper()
-	registerSQLiteDriver()
+	registerCachingDrivers()
 	db, err := sql.Open(sqliteDriverName, "file:"+filepath.Join(t.TempDir(), "c.db"))
 	if err != nil {
 		t.Fatal(err)
@@ -147,5 +149,59 @@ func TestStmtCacheBound(t *testing.T) {
 	}
 	if fmt.Sprint(rest) != "[1 2 3 4]" {
 		t.Fatalf("rows of an evicted statement = %v, want [1 2 3 4]", rest)
+	}
+}
+
+// On PostgreSQL a query with parameters is prepared once per connection
+// (a named statement, run in one round trip), one without parameters is
+// not, the driver's own conversion of arguments (a []string to an array)
+// still applies, and statements are planned for their parameters.
+func TestStmtCachePostgres(t *testing.T) {
+	var url string
+	for _, b := range storetest.Backends(t) {
+		if b.Name == "postgres" {
+			url = b.NewURL(t)
+		}
+	}
+	if url == "" {
+		t.Skip("no PostgreSQL")
+	}
+	ctx := context.Background()
+	s, err := Open(ctx, url, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	conn, err := s.db.Conn(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	var mode string
+	if err := conn.QueryRowContext(ctx, `SHOW plan_cache_mode`).Scan(&mode); err != nil || mode != "force_custom_plan" {
+		t.Fatalf("plan_cache_mode = %q, %v", mode, err)
+	}
+	const q = `SELECT cardinality($1::text[]) /* stmtcache-marker */`
+	for range 3 {
+		var n int
+		if err := conn.QueryRowContext(ctx, q, []string{"a", "b"}).Scan(&n); err != nil || n != 2 {
+			t.Fatalf("cardinality = %d, %v", n, err)
+		}
+	}
+	if _, err := conn.ExecContext(ctx, `SELECT 1 /* stmtcache-noargs */`); err != nil {
+		t.Fatal(err)
+	}
+	prepared := func(marker string) (n int) {
+		// No parameters: a simple query, which is not prepared itself.
+		if err := conn.QueryRowContext(ctx, `SELECT count(*) FROM pg_prepared_statements WHERE statement LIKE '%stmtcache-' || '`+marker+`%'`).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	if n := prepared("marker"); n != 1 {
+		t.Fatalf("three runs of a query left %d prepared statements, want 1", n)
+	}
+	if n := prepared("noargs"); n != 0 {
+		t.Fatalf("a query without parameters left %d prepared statements, want 0", n)
 	}
 }
