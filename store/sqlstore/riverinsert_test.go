@@ -24,6 +24,12 @@ func TestFastInsertSQLiteRows(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer s.Close()
+	// The store's River driver is the one that inserts this way.
+	if d, err := s.RiverDriver(ctx); err != nil {
+		t.Fatal(err)
+	} else if _, ok := d.(fastInsertSQLite); !ok {
+		t.Fatalf("the store's River driver is %T", d)
+	}
 	created := time.Date(2026, 11, 28, 10, 11, 12, 345678900, time.FixedZone("X", 3600))
 	scheduled := created.Add(time.Minute)
 	// 20 jobs: more than one statement's worth (fastInsertRows).
