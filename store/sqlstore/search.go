@@ -97,7 +97,7 @@ func (s *Store) search(ctx context.Context, scope store.Scope, req *fhir.SearchR
 		rows, err = s.sortWalk(ctx, b, req, conds)
 	} else {
 		args = append(args, req.Count+1, req.Offset)
-		err = sqlx.SelectContext(ctx, s.q, &rows, s.rebind(sqlText+` LIMIT ? OFFSET ?`), args...)
+		err = sqlx.SelectContext(ctx, s.q, &rows, s.searchSQL(sqlText+` LIMIT ? OFFSET ?`), args...)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("search: %w", err)
@@ -262,7 +262,7 @@ func (s *Store) sortWalk(ctx context.Context, b *builder, req *fhir.SearchReques
 	args = append(args, others.args...)
 	var rows []row
 	want := req.Count + 1
-	if err := sqlx.SelectContext(ctx, s.q, &rows, s.rebind(`SELECT `+cols+` `+valued+` ORDER BY s.`+key+dir+`, s.resource_id`+dir+` LIMIT ? OFFSET ?`),
+	if err := sqlx.SelectContext(ctx, s.q, &rows, s.searchSQL(`SELECT `+cols+` `+valued+` ORDER BY s.`+key+dir+`, s.resource_id`+dir+` LIMIT ? OFFSET ?`),
 		append(append([]any{}, args...), want, req.Offset)...); err != nil {
 		return nil, err
 	}
@@ -273,13 +273,13 @@ func (s *Store) sortWalk(ctx context.Context, b *builder, req *fhir.SearchReques
 	// are is known from this page, unless it started past them all.
 	valuedCount := req.Offset + len(rows)
 	if len(rows) == 0 && req.Offset > 0 {
-		if err := sqlx.GetContext(ctx, s.q, &valuedCount, s.rebind(`SELECT COUNT(*) `+valued), args...); err != nil {
+		if err := sqlx.GetContext(ctx, s.q, &valuedCount, s.searchSQL(`SELECT COUNT(*) `+valued), args...); err != nil {
 			return nil, err
 		}
 	}
 	missing := and([]cond{b.base("r"), others})
 	var more []row
-	if err := sqlx.SelectContext(ctx, s.q, &more, s.rebind(`SELECT `+cols+` FROM resources r WHERE `+missing.sql+`
+	if err := sqlx.SelectContext(ctx, s.q, &more, s.searchSQL(`SELECT `+cols+` FROM resources r WHERE `+missing.sql+`
 		AND NOT EXISTS (SELECT 1 FROM `+table+` j WHERE j.resource_id = r.id AND j.code = ?) ORDER BY r.id`+dir+` LIMIT ? OFFSET ?`),
 		concat(missing.args, []any{rule.Param.Code, want - len(rows), max(0, req.Offset-valuedCount)})...); err != nil {
 		return nil, err
@@ -348,7 +348,7 @@ func (s *Store) boundedCount(ctx context.Context, b *builder, f fhir.Filter, lim
 	}
 	src := b.indexRows(f)
 	var n int
-	err := sqlx.GetContext(ctx, s.q, &n, s.rebind(`SELECT COUNT(*) FROM (SELECT 1 FROM `+src.sql+` LIMIT ?) t`), append(src.args, limit)...)
+	err := sqlx.GetContext(ctx, s.q, &n, s.searchSQL(`SELECT COUNT(*) FROM (SELECT 1 FROM `+src.sql+` LIMIT ?) t`), append(src.args, limit)...)
 	if err != nil {
 		return 0, fmt.Errorf("search estimate: %w", err)
 	}
@@ -366,7 +366,7 @@ func (s *Store) valueCount(ctx context.Context, b *builder, f fhir.Filter, vals 
 		args = append(args, b.projects...)
 	}
 	var n int
-	if err := sqlx.GetContext(ctx, s.q, &n, s.rebind(q), args...); err != nil {
+	if err := sqlx.GetContext(ctx, s.q, &n, s.searchSQL(q), args...); err != nil {
 		return 0, fmt.Errorf("search count: %w", err)
 	}
 	return n, nil
@@ -378,7 +378,7 @@ func (s *Store) valueCount(ctx context.Context, b *builder, f fhir.Filter, vals 
 func (s *Store) count(ctx context.Context, b *builder, req *fhir.SearchRequest, conds []cond) (int, error) {
 	get := func(q string, args []any) (int, error) {
 		var n int
-		if err := sqlx.GetContext(ctx, s.q, &n, s.rebind(q), args...); err != nil {
+		if err := sqlx.GetContext(ctx, s.q, &n, s.searchSQL(q), args...); err != nil {
 			return 0, fmt.Errorf("search count: %w", err)
 		}
 		return n, nil
@@ -870,3 +870,7 @@ func prefixed(prefix, cols string) string {
 func escapeLike(s string) string {
 	return strings.NewReplacer(`\`, `\\`, `%`, `\%`, `_`, `\_`).Replace(s)
 }
+
+// searchSQL is a search's query for the store's driver: rebound, and marked
+// (searchMarker) so that PostgreSQL plans it for its parameters every time.
+func (s *Store) searchSQL(q string) string { return searchMarker + s.rebind(q) }

@@ -26,16 +26,19 @@ var registerDrivers sync.Once
 func registerCachingDrivers() {
 	registerDrivers.Do(func() {
 		sql.Register(sqliteDriverName, &cachingDriver{base: &sqlite.Driver{}, prepareNoArgs: true})
-		sql.Register(postgresDriverName, &cachingDriver{base: &pq.Driver{}, setup: postgresSetup})
+		sql.Register(postgresDriverName, &cachingDriver{base: &pq.Driver{}, skipSearches: true})
 	})
 }
 
-// postgresSetup is run on each new PostgreSQL connection. A cached
-// statement is planned again at each run, as an unprepared one is: after
-// five runs PostgreSQL may otherwise keep a generic plan, blind to the
-// parameters, which the searches' plans depend on (docs/performance.md,
-// the member search).
-const postgresSetup = `SET plan_cache_mode = force_custom_plan`
+// searchMarker begins the text of every query of a search (Store.searchSQL).
+// PostgreSQL plans a statement it keeps prepared for its parameters five
+// times, then may keep a generic plan, blind to them: right for the store's
+// own lookups by key and River's queries (which River itself runs prepared
+// through pgx), wrong for a search, whose plan depends on how many rows its
+// values match (decision 43's member search). A search's statements are
+// therefore not kept on PostgreSQL: each is planned for its parameters, as
+// before the cache.
+const searchMarker = "/* search */ "
 
 // stmtCacheSize bounds the statements each connection keeps prepared. The
 // server's queries are a few hundred distinct texts at most; the search
@@ -57,7 +60,8 @@ const stmtCacheMaxQuery = 16 << 10
 // trip to parse and describe it, a second to bind and run it, and the
 // server parses it every time. A cached (named) statement runs in one round
 // trip. A query without parameters is sent as a simple query (one round
-// trip already), and COPY is not a statement to keep: both pass through.
+// trip already), COPY is not a statement to keep, and a search is planned
+// for its parameters each time (searchMarker): they pass through.
 //
 // With the cache, a query text seen before on the connection runs its
 // prepared statement again.
@@ -65,8 +69,8 @@ type cachingDriver struct {
 	base driver.Driver
 	// prepareNoArgs: queries without parameters are cached too.
 	prepareNoArgs bool
-	// setup, if any, is run on each new connection.
-	setup string
+	// skipSearches: the queries of searches (searchMarker) are not cached.
+	skipSearches bool
 }
 
 func (d *cachingDriver) Open(name string) (driver.Conn, error) {
@@ -74,15 +78,7 @@ func (d *cachingDriver) Open(name string) (driver.Conn, error) {
 	if err != nil {
 		return nil, err
 	}
-	if d.setup != "" {
-		if ex, ok := c.(driver.ExecerContext); ok {
-			if _, err := ex.ExecContext(context.Background(), d.setup, nil); err != nil {
-				c.Close()
-				return nil, err
-			}
-		}
-	}
-	return newCachingConn(c, d.prepareNoArgs), nil
+	return newCachingConn(c, d.prepareNoArgs, d.skipSearches), nil
 }
 
 // The interfaces modernc's connection implements that database/sql uses.
@@ -102,6 +98,7 @@ type sqliteConn interface {
 type cachingConn struct {
 	sqliteConn
 	prepareNoArgs bool
+	skipSearches  bool
 	byQuery       map[string]*list.Element // of *cachedStmt
 	lru           *list.List               // most recently used first
 }
@@ -124,12 +121,12 @@ type cachedStmt struct {
 	evicted bool
 }
 
-func newCachingConn(c driver.Conn, prepareNoArgs bool) driver.Conn {
+func newCachingConn(c driver.Conn, prepareNoArgs, skipSearches bool) driver.Conn {
 	sc, ok := c.(sqliteConn)
 	if !ok {
 		return c // not a driver this was written for: no cache
 	}
-	cc := &cachingConn{sqliteConn: sc, prepareNoArgs: prepareNoArgs, byQuery: map[string]*list.Element{}, lru: list.New()}
+	cc := &cachingConn{sqliteConn: sc, prepareNoArgs: prepareNoArgs, skipSearches: skipSearches, byQuery: map[string]*list.Element{}, lru: list.New()}
 	if nc, ok := c.(driver.NamedValueChecker); ok {
 		return &checkingConn{cachingConn: cc, NamedValueChecker: nc}
 	}
@@ -139,7 +136,8 @@ func newCachingConn(c driver.Conn, prepareNoArgs bool) driver.Conn {
 // stmt returns the cached statement of query, preparing it on a miss, or
 // nil when query is not to be cached.
 func (c *cachingConn) stmt(ctx context.Context, query string, args int) (*cachedStmt, error) {
-	if len(query) > stmtCacheMaxQuery || (args == 0 && !c.prepareNoArgs) || isCopy(query) {
+	if len(query) > stmtCacheMaxQuery || (args == 0 && !c.prepareNoArgs) || isCopy(query) ||
+		(c.skipSearches && strings.HasPrefix(query, searchMarker)) {
 		return nil, nil
 	}
 	if e, ok := c.byQuery[query]; ok {
