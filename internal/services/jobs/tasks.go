@@ -2,7 +2,6 @@ package jobs
 
 import (
 	"context"
-	"database/sql"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -245,20 +244,16 @@ func (w *taskWorker) Work(ctx context.Context, rj *river.Job[args]) (err error) 
 		var after int64
 		for {
 			changed := e.partitions.changed(p) // before looking: an end meanwhile is not missed
-			id, state, err := e.predecessor(ctx, w.queue, p, after, rj.ID)
+			// Those that ended on this process, not yet marked so by
+			// River's completer (up to 250 ms later), are looked past.
+			id, state, err := e.predecessor(ctx, w.queue, p, after, rj.ID, e.partitions.endedHere)
 			if err != nil {
 				return err
 			}
 			if state == "" {
 				break
 			}
-			if e.partitions.endedHere(id) {
-				// Ended on this process, not yet marked so by River's
-				// completer (up to 250 ms later): the ones before it have
-				// ended too; look at those after it.
-				after = id
-				continue
-			}
+			after = id - 1
 			if state != "running" || time.Now().After(deadline) {
 				e.metrics.ended.WithLabelValues(w.queue, "partition_wait").Inc()
 				return river.JobSnooze(PartitionSnooze)
@@ -372,28 +367,56 @@ func (w *partitionWaits) endedHere(id int64) bool {
 }
 
 // predecessor is the id and state of the first task of partition enqueued
-// after task after and before task id that has not ended (state "" when
-// there is none).
-func (e *Engine) predecessor(ctx context.Context, queue, partition string, after, id int64) (int64, string, error) {
+// after task after and before task id that has not ended, looking past
+// those endedHere says ended on this process (state "" when there is none).
+func (e *Engine) predecessor(ctx context.Context, queue, partition string, after, id int64, endedHere func(int64) bool) (int64, string, error) {
 	var q string
 	if e.store.Dialect() == sqlstore.Postgres {
 		// The partition of the jobs that have not ended is indexed
 		// (sqlstore's indexRiver; the same expression and states).
 		q = `SELECT id, state::text FROM river_job WHERE (metadata->>'partition') = $1::text
 			AND queue = $2 AND id > $3 AND id < $4 AND state IN ('available', 'pending', 'retryable', 'running', 'scheduled')
-			ORDER BY id LIMIT 1`
+			ORDER BY id LIMIT $5`
 	} else {
 		q = `SELECT id, state FROM river_job WHERE json_extract(metadata, '$.partition') = ?1 AND id > ?3 AND id < ?4
-			AND queue = ?2 AND state IN ('available', 'pending', 'retryable', 'running', 'scheduled') ORDER BY id LIMIT 1`
+			AND queue = ?2 AND state IN ('available', 'pending', 'retryable', 'running', 'scheduled') ORDER BY id LIMIT ?5`
 	}
-	var pid int64
-	var state string
-	err := e.store.DB().QueryRowContext(ctx, q, partition, queue, after, id).Scan(&pid, &state)
-	if errors.Is(err, sql.ErrNoRows) {
-		return 0, "", nil
+	for {
+		rows, err := e.store.DB().QueryContext(ctx, q, partition, queue, after, id, predecessorPage)
+		if err != nil {
+			return 0, "", err
+		}
+		n := 0
+		for rows.Next() {
+			var pid int64
+			var state string
+			if err := rows.Scan(&pid, &state); err != nil {
+				rows.Close()
+				return 0, "", err
+			}
+			n, after = n+1, pid
+			if !endedHere(pid) {
+				rows.Close()
+				return pid, state, nil
+			}
+		}
+		if err := rows.Close(); err != nil {
+			return 0, "", err
+		}
+		if err := rows.Err(); err != nil {
+			return 0, "", err
+		}
+		if n < predecessorPage {
+			return 0, "", nil
+		}
 	}
-	return pid, state, err
 }
+
+// predecessorPage is how many of a task's predecessors one lookup reads:
+// under a feed, several that ended on this process wait for River's
+// completer to mark them, and one lookup each (as before) was four per
+// message.
+const predecessorPage = 16
 
 // NextRetry doubles the wait after each failed attempt, from a second, up
 // to an hour.
