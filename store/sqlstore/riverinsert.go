@@ -39,11 +39,16 @@ type fastInsertExecutor struct {
 // connection's cache (stmtcache.go).
 const fastInsertRows = 16
 
-const fastInsertColumns = `INSERT INTO river_job(args, created_at, kind, max_attempts, metadata, priority, queue,
-	scheduled_at, state, tags) VALUES `
-
-const fastInsertRow = `(jsonb(?), coalesce(?, datetime('now', 'subsec')), ?, ?, jsonb(?), ?, ?,
+// fastInsertSQL is the INSERT statement of n jobs, at index n.
+var fastInsertSQL = func() (out [fastInsertRows + 1]string) {
+	const row = `(jsonb(?), coalesce(?, datetime('now', 'subsec')), ?, ?, jsonb(?), ?, ?,
 	coalesce(?, datetime('now', 'subsec')), ?, jsonb(?))`
+	for n := 1; n <= fastInsertRows; n++ {
+		out[n] = `INSERT INTO river_job(args, created_at, kind, max_attempts, metadata, priority, queue,
+	scheduled_at, state, tags) VALUES ` + strings.Repeat(row+", ", n-1) + row
+	}
+	return out
+}()
 
 func (e fastInsertExecutor) JobInsertFastManyNoReturning(ctx context.Context, params *riverdriver.JobInsertFastManyParams) (int, error) {
 	if params.Schema != "" {
@@ -57,14 +62,8 @@ func (e fastInsertExecutor) JobInsertFastManyNoReturning(ctx context.Context, pa
 	inserted := 0
 	for jobs := params.Jobs; len(jobs) > 0; {
 		n := min(len(jobs), fastInsertRows)
-		var q strings.Builder
-		q.WriteString(fastInsertColumns)
 		values := make([]any, 0, 10*n)
-		for i, j := range jobs[:n] {
-			if i > 0 {
-				q.WriteString(", ")
-			}
-			q.WriteString(fastInsertRow)
+		for _, j := range jobs[:n] {
 			metadata := j.Metadata
 			if len(metadata) == 0 {
 				metadata = []byte("{}")
@@ -80,7 +79,7 @@ func (e fastInsertExecutor) JobInsertFastManyNoReturning(ctx context.Context, pa
 			values = append(values, string(j.EncodedArgs), riverTime(j.CreatedAt), j.Kind, int64(j.MaxAttempts),
 				string(metadata), int64(j.Priority), j.Queue, riverTime(j.ScheduledAt), string(j.State), tags)
 		}
-		res, err := e.tx.ExecContext(ctx, q.String(), values...)
+		res, err := e.tx.ExecContext(ctx, fastInsertSQL[n], values...)
 		if err != nil {
 			return inserted, err
 		}

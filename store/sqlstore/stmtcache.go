@@ -25,8 +25,8 @@ var registerDrivers sync.Once
 
 func registerCachingDrivers() {
 	registerDrivers.Do(func() {
-		sql.Register(sqliteDriverName, &cachingDriver{base: &sqlite.Driver{}, prepareNoArgs: true})
-		sql.Register(postgresDriverName, &cachingDriver{base: &pq.Driver{}, skipSearches: true})
+		sql.Register(sqliteDriverName, &cachingDriver{base: &sqlite.Driver{}, rules: cacheRules{prepareNoArgs: true}})
+		sql.Register(postgresDriverName, &cachingDriver{base: &pq.Driver{}, rules: cacheRules{skipSearches: true}})
 	})
 }
 
@@ -60,13 +60,19 @@ const stmtCacheMaxQuery = 16 << 10
 // trip to parse and describe it, a second to bind and run it, and the
 // server parses it every time. A cached (named) statement runs in one round
 // trip. A query without parameters is sent as a simple query (one round
-// trip already), COPY is not a statement to keep, and a search is planned
-// for its parameters each time (searchMarker): they pass through.
+// trip already), and a search is planned for its parameters each time
+// (searchMarker): they pass through.
 //
 // With the cache, a query text seen before on the connection runs its
 // prepared statement again.
 type cachingDriver struct {
-	base driver.Driver
+	base  driver.Driver
+	rules cacheRules
+}
+
+// cacheRules say which queries a driver's connections cache, besides those
+// too long to (stmtCacheMaxQuery).
+type cacheRules struct {
 	// prepareNoArgs: queries without parameters are cached too.
 	prepareNoArgs bool
 	// skipSearches: the queries of searches (searchMarker) are not cached.
@@ -78,11 +84,12 @@ func (d *cachingDriver) Open(name string) (driver.Conn, error) {
 	if err != nil {
 		return nil, err
 	}
-	return newCachingConn(c, d.prepareNoArgs, d.skipSearches), nil
+	return newCachingConn(c, d.rules), nil
 }
 
-// The interfaces modernc's connection implements that database/sql uses.
-type sqliteConn interface {
+// driverConn is what database/sql uses of a connection of modernc's or
+// lib/pq's, both of which implement it.
+type driverConn interface {
 	driver.Conn
 	driver.ConnBeginTx
 	driver.ConnPrepareContext
@@ -96,11 +103,10 @@ type sqliteConn interface {
 // cachingConn is a connection with its cache. database/sql uses a
 // connection from one goroutine at a time, so the cache needs no lock.
 type cachingConn struct {
-	sqliteConn
-	prepareNoArgs bool
-	skipSearches  bool
-	byQuery       map[string]*list.Element // of *cachedStmt
-	lru           *list.List               // most recently used first
+	driverConn
+	rules   cacheRules
+	byQuery map[string]*list.Element // of *cachedStmt
+	lru     *list.List               // most recently used first
 }
 
 // checkingConn is a cachingConn whose driver converts arguments itself
@@ -121,12 +127,12 @@ type cachedStmt struct {
 	evicted bool
 }
 
-func newCachingConn(c driver.Conn, prepareNoArgs, skipSearches bool) driver.Conn {
-	sc, ok := c.(sqliteConn)
+func newCachingConn(c driver.Conn, rules cacheRules) driver.Conn {
+	dc, ok := c.(driverConn)
 	if !ok {
 		return c // not a driver this was written for: no cache
 	}
-	cc := &cachingConn{sqliteConn: sc, prepareNoArgs: prepareNoArgs, skipSearches: skipSearches, byQuery: map[string]*list.Element{}, lru: list.New()}
+	cc := &cachingConn{driverConn: dc, rules: rules, byQuery: map[string]*list.Element{}, lru: list.New()}
 	if nc, ok := c.(driver.NamedValueChecker); ok {
 		return &checkingConn{cachingConn: cc, NamedValueChecker: nc}
 	}
@@ -136,15 +142,15 @@ func newCachingConn(c driver.Conn, prepareNoArgs, skipSearches bool) driver.Conn
 // stmt returns the cached statement of query, preparing it on a miss, or
 // nil when query is not to be cached.
 func (c *cachingConn) stmt(ctx context.Context, query string, args int) (*cachedStmt, error) {
-	if len(query) > stmtCacheMaxQuery || (args == 0 && !c.prepareNoArgs) || isCopy(query) ||
-		(c.skipSearches && strings.HasPrefix(query, searchMarker)) {
+	if len(query) > stmtCacheMaxQuery || (args == 0 && !c.rules.prepareNoArgs) ||
+		(c.rules.skipSearches && strings.HasPrefix(query, searchMarker)) {
 		return nil, nil
 	}
 	if e, ok := c.byQuery[query]; ok {
 		c.lru.MoveToFront(e)
 		return e.Value.(*cachedStmt), nil
 	}
-	st, err := c.sqliteConn.PrepareContext(ctx, query)
+	st, err := c.driverConn.PrepareContext(ctx, query)
 	if err != nil {
 		return nil, err
 	}
@@ -179,7 +185,7 @@ func (c *cachingConn) forget(cs *cachedStmt) {
 func (c *cachingConn) ExecContext(ctx context.Context, query string, args []driver.NamedValue) (driver.Result, error) {
 	cs, err := c.stmt(ctx, query, len(args))
 	if err != nil || cs == nil || cs.busy {
-		return c.sqliteConn.ExecContext(ctx, query, args)
+		return c.driverConn.ExecContext(ctx, query, args)
 	}
 	r, err := cs.st.(driver.StmtExecContext).ExecContext(ctx, args)
 	if err != nil {
@@ -191,7 +197,7 @@ func (c *cachingConn) ExecContext(ctx context.Context, query string, args []driv
 func (c *cachingConn) QueryContext(ctx context.Context, query string, args []driver.NamedValue) (driver.Rows, error) {
 	cs, err := c.stmt(ctx, query, len(args))
 	if err != nil || cs == nil || cs.busy {
-		return c.sqliteConn.QueryContext(ctx, query, args)
+		return c.driverConn.QueryContext(ctx, query, args)
 	}
 	rows, err := cs.st.(driver.StmtQueryContext).QueryContext(ctx, args)
 	if err != nil {
@@ -213,13 +219,7 @@ func (c *cachingConn) Close() error {
 	}
 	c.lru.Init()
 	clear(c.byQuery)
-	return c.sqliteConn.Close()
-}
-
-// isCopy tells a COPY statement, which lib/pq prepares as a copy-in.
-func isCopy(query string) bool {
-	q := strings.TrimLeft(query, " \t\r\n")
-	return len(q) >= 4 && strings.EqualFold(q[:4], "copy")
+	return c.driverConn.Close()
 }
 
 // cachedRows are the rows of a cached statement: closing them makes the

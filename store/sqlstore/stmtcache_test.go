@@ -177,19 +177,21 @@ func TestStmtCachePostgres(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer conn.Close()
-	// A search's query (Store.searchSQL) is planned for its parameters
-	// each time: not kept.
-	for range 3 {
-		var n int
-		if err := conn.QueryRowContext(ctx, s.searchSQL(`SELECT ? + 1 /* stmtcache-search */`), 1).Scan(&n); err != nil || n != 2 {
-			t.Fatalf("search = %d, %v", n, err)
-		}
-	}
-	const q = `SELECT cardinality($1::text[]) /* stmtcache-marker */`
-	for range 3 {
-		var n int
-		if err := conn.QueryRowContext(ctx, q, []string{"a", "b"}).Scan(&n); err != nil || n != 2 {
-			t.Fatalf("cardinality = %d, %v", n, err)
+	for _, c := range []struct {
+		query string
+		arg   any
+	}{
+		// A []string is lib/pq's to convert (an array).
+		{`SELECT cardinality($1::text[]) /* stmtcache-marker */`, []string{"a", "b"}},
+		// A search's query (Store.searchSQL) is planned for its
+		// parameters each time: not kept.
+		{s.searchSQL(`SELECT ? + 1 /* stmtcache-search */`), 1},
+	} {
+		for range 3 {
+			var n int
+			if err := conn.QueryRowContext(ctx, c.query, c.arg).Scan(&n); err != nil || n != 2 {
+				t.Fatalf("%s = %d, %v", c.query, n, err)
+			}
 		}
 	}
 	if _, err := conn.ExecContext(ctx, `SELECT 1 /* stmtcache-noargs */`); err != nil {

@@ -148,19 +148,10 @@ func benchDelivery(b *testing.B, be storetest.Backend, wasm []byte) {
 // deliveriesDelivered is the server's count of deliveries that ran to
 // their end.
 func deliveriesDelivered(b *testing.B, s *servertest.Server) float64 {
-	mfs, err := s.Registry.Gather()
-	if err != nil {
-		b.Fatal(err)
-	}
-	for _, mf := range mfs {
-		if mf.GetName() != "sandbot_subscription_deliveries_total" {
-			continue
-		}
-		for _, m := range mf.GetMetric() {
-			for _, l := range m.GetLabel() {
-				if l.GetName() == "outcome" && l.GetValue() == "delivered" {
-					return m.GetCounter().GetValue()
-				}
+	for _, m := range gatherMetric(b, s, "sandbot_subscription_deliveries_total") {
+		for _, l := range m.GetLabel() {
+			if l.GetName() == "outcome" && l.GetValue() == "delivered" {
+				return m.GetCounter().GetValue()
 			}
 		}
 	}

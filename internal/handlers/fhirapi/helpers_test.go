@@ -6,8 +6,26 @@ import (
 	"strings"
 	"testing"
 
+	dto "github.com/prometheus/client_model/go"
+
 	"github.com/sandbot/sandbot/internal/servertest"
 )
+
+// gatherMetric is the series of the metric name in s's registry (none when
+// it has not been observed).
+func gatherMetric(t testing.TB, s *servertest.Server, name string) []*dto.Metric {
+	t.Helper()
+	mfs, err := s.Registry.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() == name {
+			return mf.GetMetric()
+		}
+	}
+	return nil
+}
 
 // outcome is the decoded OperationOutcome of a response.
 type outcome struct {

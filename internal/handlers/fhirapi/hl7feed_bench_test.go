@@ -179,16 +179,8 @@ func reportBatch(b *testing.B, s *servertest.Server) func() {
 }
 
 func commitBatches(b *testing.B, s *servertest.Server) (sum float64, n uint64) {
-	mfs, err := s.Registry.Gather()
-	if err != nil {
-		b.Fatal(err)
-	}
-	for _, mf := range mfs {
-		if mf.GetName() == "sandbot_mllp_commit_batch_size" {
-			for _, m := range mf.GetMetric() {
-				sum, n = sum+m.GetHistogram().GetSampleSum(), n+m.GetHistogram().GetSampleCount()
-			}
-		}
+	for _, m := range gatherMetric(b, s, "sandbot_mllp_commit_batch_size") {
+		sum, n = sum+m.GetHistogram().GetSampleSum(), n+m.GetHistogram().GetSampleCount()
 	}
 	return sum, n
 }
@@ -196,19 +188,11 @@ func commitBatches(b *testing.B, s *servertest.Server) (sum float64, n uint64) {
 // botRuns is how many messages s's HL7 feed has run through the bot (or
 // given up on).
 func botRuns(b *testing.B, s *servertest.Server) float64 {
-	mfs, err := s.Registry.Gather()
-	if err != nil {
-		b.Fatal(err)
-	}
 	n := 0.0
-	for _, mf := range mfs {
-		if mf.GetName() == "sandbot_mllp_bot_runs_total" {
-			for _, m := range mf.GetMetric() {
-				for _, l := range m.GetLabel() {
-					if l.GetName() == "outcome" && l.GetValue() != "retried" { // ok or given up: ended
-						n += m.GetCounter().GetValue()
-					}
-				}
+	for _, m := range gatherMetric(b, s, "sandbot_mllp_bot_runs_total") {
+		for _, l := range m.GetLabel() {
+			if l.GetName() == "outcome" && l.GetValue() != "retried" { // ok or given up: ended
+				n += m.GetCounter().GetValue()
 			}
 		}
 	}

@@ -286,13 +286,8 @@ func TestHL7FeedApplicationModeAcrossReplicas(t *testing.T) {
 				t.Fatalf("FAIL1: %s %q", code, ack.Bytes())
 			}
 			runs := func(s *servertest.Server) (n float64) {
-				mfs, _ := s.Registry.Gather()
-				for _, mf := range mfs {
-					if mf.GetName() == "sandbot_mllp_bot_runs_total" {
-						for _, m := range mf.GetMetric() {
-							n += m.GetCounter().GetValue()
-						}
-					}
+				for _, m := range gatherMetric(t, s, "sandbot_mllp_bot_runs_total") {
+					n += m.GetCounter().GetValue()
 				}
 				return n
 			}

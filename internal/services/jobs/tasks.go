@@ -400,10 +400,9 @@ func (e *Engine) predecessor(ctx context.Context, queue, partition string, after
 				return pid, state, nil
 			}
 		}
-		if err := rows.Close(); err != nil {
-			return 0, "", err
-		}
-		if err := rows.Err(); err != nil {
+		err = rows.Err()
+		rows.Close()
+		if err != nil {
 			return 0, "", err
 		}
 		if n < predecessorPage {
