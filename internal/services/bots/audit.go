@@ -20,14 +20,17 @@ import (
 
 // auditWriter writes one AuditEvent per execution. With a journal (the
 // server's), an execution answers once its event is on disk in the journal
-// (journal.go), and the writer stores the journaled events in batches off
-// the request path; without one (tests, sandbot bot run), once its event is
-// queued in memory. Batches, because a transaction of one event costs ten
-// times the CPU of an event in a batch (docs/performance.md, "The tail"). A
-// full queue makes executions wait for room: nothing is dropped while the
-// database works. Events queued when the server stops are written before
-// Close returns; an event that arrives after that (a request that outlived
-// the shutdown timeout) is written on its caller's goroutine.
+// (journal.go), and the writer reads the journaled events back and stores
+// them in batches off the request path, yielding the CPU to executions while
+// the backlog is small (writerPause); without one (tests, sandbot bot run),
+// an execution answers once its event is queued in memory, and a full queue
+// makes it wait for room. Batches, because a transaction of one event costs
+// ten times the CPU of an event in a batch (docs/performance.md, "The
+// tail"). Nothing is dropped while the database works. Events waiting when
+// the server stops are written before Close returns (from the journal, for
+// up to auditDrainTimeout: what is left then is stored by the next start);
+// an event that arrives after that (a request that outlived the shutdown
+// timeout) is written on its caller's goroutine.
 type auditWriter struct {
 	store store.Store
 	// to, without a store, receives the events instead (sandbot bot run).
@@ -36,7 +39,8 @@ type auditWriter struct {
 	metrics *metrics
 	ch      chan auditEntry
 	done    chan struct{}
-	// journal, when set, holds the events until they are stored.
+	// journal, when set, holds the events until they are stored; ch is
+	// then unused.
 	journal *auditJournal
 
 	mu     sync.RWMutex
@@ -124,8 +128,17 @@ func (e *auditEntry) event() fhir.Resource {
 	return ev
 }
 
-func newAuditWriter(s store.Store, to func(fhir.Resource), log *slog.Logger, m *metrics, queue int) *auditWriter {
-	a := &auditWriter{store: s, to: to, log: log, metrics: m, ch: make(chan auditEntry, queue), done: make(chan struct{})}
+// newAuditWriter starts a writer of the events of executions into s (or to
+// to); with j, through that journal, else through a queue of queue events
+// in memory.
+func newAuditWriter(s store.Store, to func(fhir.Resource), log *slog.Logger, m *metrics, queue int, j *auditJournal) *auditWriter {
+	a := &auditWriter{store: s, to: to, log: log, metrics: m, done: make(chan struct{}), journal: j}
+	if j != nil {
+		m.watchAuditJournal(j.pending, j.maxBytes)
+		go a.runJournal()
+		return a
+	}
+	a.ch = make(chan auditEntry, queue)
 	m.watchAuditQueue(func() int { return len(a.ch) }, cap(a.ch))
 	go a.run()
 	return a
@@ -143,6 +156,74 @@ const auditBatch = 256
 // batches fill up, and a lone execution's event is written within it.
 const auditWindow = 20 * time.Millisecond
 
+// How the writer shares the CPU with executions when it stores from the
+// journal. After a batch stored while executions went on journaling, it
+// pauses auditYield times as long as the batch took, less as the backlog
+// grows (none at journalPaceBytes and beyond), never longer than
+// auditMaxPause, and takes batches of auditYieldBatch events (a short
+// stretch of work, so that an execution waiting for a core does not wait for
+// a batch of hundreds): a burst of executions gets the CPU, and the backlog
+// it leaves is stored, in full batches, as soon as the burst ends. A steady load the writer
+// cannot follow at a quarter of its speed grows the backlog until the
+// pauses shrink to what keeps up. auditDrainTimeout bounds how long a
+// stopping server stores the backlog; the next start stores the rest.
+const (
+	auditYield        = 3
+	auditYieldBatch   = 16
+	journalPaceBytes  = 32 << 20
+	auditMaxPause     = 250 * time.Millisecond
+	auditDrainTimeout = 10 * time.Second
+)
+
+// writerPause is the pause after a batch that took took, with unread bytes
+// still to store; arriving says whether executions journaled events
+// meanwhile.
+func writerPause(took time.Duration, unread int64, arriving bool) time.Duration {
+	if !arriving || unread >= journalPaceBytes {
+		return 0
+	}
+	k := auditYield * float64(journalPaceBytes-unread) / journalPaceBytes
+	return min(time.Duration(k*float64(took)), auditMaxPause)
+}
+
+// runJournal stores what the journal holds, in batches, pausing between
+// them while executions run (writerPause).
+func (a *auditWriter) runJournal() {
+	defer close(a.done)
+	j := a.journal
+	yielding := false
+	for j.closedFor() <= auditDrainTimeout {
+		size := auditBatch
+		if yielding {
+			size = auditYieldBatch
+		}
+		batch, bad, err := j.take(size, auditWindow)
+		if err != nil {
+			a.log.Error("bot audit journal unreadable; retrying", "err", err)
+			time.Sleep(time.Second)
+			continue
+		}
+		if bad > 0 {
+			a.metrics.auditDropped.Add(float64(bad))
+			a.log.Warn("bot audit journal: unreadable lines skipped", "count", bad)
+		}
+		if len(batch) == 0 && bad == 0 {
+			return // closed, and everything stored
+		}
+		appended := j.written.Load()
+		t0 := time.Now()
+		a.write(batch)
+		j.done()
+		unread, _ := j.pending()
+		pause := writerPause(time.Since(t0), unread, j.written.Load() != appended && j.closedFor() == 0)
+		yielding = pause > 0
+		if yielding {
+			time.Sleep(pause)
+		}
+	}
+}
+
+// run stores what the in-memory queue holds, in batches.
 func (a *auditWriter) run() {
 	defer close(a.done)
 	batch := make([]auditEntry, 0, auditBatch)
@@ -168,6 +249,9 @@ func (a *auditWriter) run() {
 
 // write stores a batch in one transaction.
 func (a *auditWriter) write(batch []auditEntry) {
+	if len(batch) == 0 {
+		return
+	}
 	if a.store == nil {
 		for i := range batch {
 			if a.to != nil {
@@ -191,7 +275,7 @@ func (a *auditWriter) write(batch []auditEntry) {
 		// directory to store.
 		if len(journaled) > 0 {
 			if err := a.journal.setAside(journaled); err != nil {
-				a.log.Warn("bot audit events not set aside; the journal keeps them", "count", len(journaled), "err", err)
+				a.log.Warn("bot audit events not set aside; the journal is kept", "count", len(journaled), "err", err)
 			}
 		}
 		return
@@ -199,9 +283,6 @@ func (a *auditWriter) write(batch []auditEntry) {
 	now := time.Now()
 	for i := range batch {
 		a.metrics.auditLag.Observe(now.Sub(batch[i].end).Seconds())
-	}
-	if len(journaled) > 0 {
-		a.journal.storedEntries(len(journaled))
 	}
 }
 
@@ -229,8 +310,9 @@ func (a *auditWriter) close() {
 		a.closed = true
 		if a.journal != nil {
 			a.journal.close()
+		} else {
+			close(a.ch)
 		}
-		close(a.ch)
 	}
 	a.mu.Unlock()
 	<-a.done
@@ -240,8 +322,9 @@ func (a *auditWriter) close() {
 }
 
 // add records e: in the journal when there is one, returning once it is on
-// disk (an event the disk refused is queued in memory all the same, and
-// counted), else in the queue, waiting for room when it is full.
+// disk (an event the disk refused is stored at once, on the caller's
+// goroutine, and counted), else in the queue, waiting for room when it is
+// full.
 func (a *auditWriter) add(e auditEntry) {
 	a.mu.RLock()
 	if a.closed {
@@ -257,7 +340,9 @@ func (a *auditWriter) add(e auditEntry) {
 			return
 		}
 		a.metrics.auditJournalFailed.Inc()
-		a.log.Warn("bot audit event not journaled; queued in memory", "err", err)
+		a.log.Warn("bot audit event not journaled; stored at once", "err", err)
+		a.write([]auditEntry{e})
+		return
 	}
 	a.enqueue(e)
 }

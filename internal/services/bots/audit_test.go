@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/sandbot/sandbot/store"
@@ -30,7 +31,7 @@ func TestAuditWriterWaitsRatherThanDrops(t *testing.T) {
 			st := openTestStore(t, be)
 			m := newMetrics(prometheus.NewRegistry())
 			// A queue of one: nearly every event finds it full.
-			a := newAuditWriter(st, nil, slog.New(slog.NewTextHandler(io.Discard, nil)), m, 1)
+			a := newAuditWriter(st, nil, slog.New(slog.NewTextHandler(io.Discard, nil)), m, 1, nil)
 			const writers, each = 8, 40
 			var wg sync.WaitGroup
 			for w := range writers {
@@ -155,11 +156,11 @@ func TestAuditJournalRecovery(t *testing.T) {
 				t.Fatal(err)
 			}
 			// A live process's journal (its lock is held).
-			live, err := openAuditJournal(dir, func(auditEntry) {})
+			live, err := openAuditJournal(dir, nil)
 			if err != nil {
 				t.Fatal(err)
 			}
-			defer live.f.Close()
+			defer live.close()
 
 			n, err := recoverAuditJournals(ctx, dir, st)
 			if err != nil {
@@ -175,7 +176,7 @@ func TestAuditJournalRecovery(t *testing.T) {
 			if _, err := os.Stat(dead); !os.IsNotExist(err) {
 				t.Fatalf("the dead process's journal is still there: %v", err)
 			}
-			if _, err := os.Stat(live.path); err != nil {
+			if _, err := os.Stat(live.segs[0].path); err != nil {
 				t.Fatalf("the live process's journal was touched: %v", err)
 			}
 		})
@@ -236,9 +237,6 @@ func TestAuditJournalSetsAsideWhatTheStoreRefused(t *testing.T) {
 	if d := testutil.ToFloat64(m.auditDropped); d != 3 {
 		t.Fatalf("%v events counted as not written, want 3", d)
 	}
-	if _, err := os.Stat(a.journal.path); !os.IsNotExist(err) {
-		t.Fatalf("the process's journal was kept: %v", err)
-	}
 	aside, _ := filepath.Glob(filepath.Join(dir, "audit-*.journal"))
 	if len(aside) == 0 {
 		t.Fatal("nothing set aside")
@@ -258,11 +256,126 @@ func TestAuditJournalSetsAsideWhatTheStoreRefused(t *testing.T) {
 func journaledWriter(t *testing.T, st store.Store, dir string) (*auditWriter, *metrics) {
 	t.Helper()
 	m := newMetrics(prometheus.NewRegistry())
-	a := newAuditWriter(st, nil, slog.New(slog.DiscardHandler), m, 4)
-	j, err := openAuditJournal(dir, a.enqueue)
+	j, err := openAuditJournal(dir, m)
 	if err != nil {
 		t.Fatal(err)
 	}
-	a.journal = j
-	return a, m
+	return newAuditWriter(st, nil, slog.New(slog.DiscardHandler), m, 4, j), m
+}
+
+// TestAuditJournalAbsorbsABurst: executions do not wait for the writer
+// while the journal has room: every add returns with nothing stored yet
+// (the old journal handed its events to a queue of 4,096 in memory and
+// held executions once it was full), the journal moves on to new segment
+// files as it grows, and the writer, once it runs, stores every event and
+// removes every segment.
+func TestAuditJournalAbsorbsABurst(t *testing.T) {
+	be := storetest.Backends(t)[0]
+	st := openTestStore(t, be)
+	dir := t.TempDir()
+	m := newMetrics(prometheus.NewRegistry())
+	j, err := openAuditJournalSized(dir, m, 8<<10, 1<<20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const writers, each = 4, 150
+	addEntries(j, writers, each)
+	if n := j.written.Load(); n != writers*each {
+		t.Fatalf("%d entries journaled, want %d", n, writers*each)
+	}
+	if _, n := j.pending(); n != writers*each {
+		t.Fatalf("backlog of %d, want %d", n, writers*each)
+	}
+	if segs, _ := filepath.Glob(filepath.Join(dir, "*.journal")); len(segs) < 5 {
+		t.Fatalf("%d segment files for %d entries of about 250 bytes in segments of 8 KiB", len(segs), writers*each)
+	}
+	if w := testutil.ToFloat64(m.auditWaits); w != 0 {
+		t.Fatalf("%v executions waited with room in the journal", w)
+	}
+	a := newAuditWriter(st, nil, slog.New(slog.DiscardHandler), m, auditQueue, j)
+	a.close()
+	if got := auditEvents(t, st, "p1"); len(got) != writers*each {
+		t.Fatalf("%d AuditEvents stored, want %d", len(got), writers*each)
+	}
+	if left, _ := filepath.Glob(filepath.Join(dir, "*.journal")); len(left) != 0 {
+		t.Fatalf("segments left behind after a clean stop: %v", left)
+	}
+}
+
+// TestAuditJournalHoldsExecutionsWhenFull: past its byte limit the journal
+// holds executions until the writer has stored some of the backlog; none is
+// lost.
+func TestAuditJournalHoldsExecutionsWhenFull(t *testing.T) {
+	be := storetest.Backends(t)[0]
+	st := openTestStore(t, be)
+	m := newMetrics(prometheus.NewRegistry())
+	j, err := openAuditJournalSized(t.TempDir(), m, 1<<10, 2<<10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	added := make(chan struct{})
+	go func() {
+		defer close(added)
+		addEntries(j, 1, 40)
+	}()
+	deadline := time.Now().Add(5 * time.Second)
+	for testutil.ToFloat64(m.auditWaits) == 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("no execution waited; %d journaled", j.written.Load())
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	if n := j.written.Load(); n >= 40 {
+		t.Fatalf("all %d entries journaled past a limit of 2 KiB", n)
+	}
+	a := newAuditWriter(st, nil, slog.New(slog.DiscardHandler), m, auditQueue, j)
+	<-added
+	a.close()
+	if got := auditEvents(t, st, "p1"); len(got) != 40 {
+		t.Fatalf("%d AuditEvents stored, want 40", len(got))
+	}
+}
+
+// addEntries adds writers×each entries to j, from writers goroutines.
+func addEntries(j *auditJournal, writers, each int) {
+	var wg sync.WaitGroup
+	for w := range writers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range each {
+				now := time.Now().UTC()
+				e := auditEntry{id: uuid.Must(uuid.NewV7()).String(), project: "p1", bot: "Bot/b" + strconv.Itoa(w),
+					requester: "ClientApplication/c", outcome: "0", desc: strconv.Itoa(i), start: now, end: now}
+				if err := j.add(e); err != nil {
+					panic(err)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+}
+
+// TestWriterPause: the writer pauses only while executions arrive, three
+// times its batch's time with an empty backlog, less as the backlog grows,
+// not at all past journalPaceBytes, and never longer than auditMaxPause.
+func TestWriterPause(t *testing.T) {
+	ms := time.Millisecond
+	for _, c := range []struct {
+		took     time.Duration
+		unread   int64
+		arriving bool
+		want     time.Duration
+	}{
+		{10 * ms, 0, false, 0},
+		{10 * ms, 0, true, 30 * ms},
+		{10 * ms, journalPaceBytes / 2, true, 15 * ms},
+		{10 * ms, journalPaceBytes, true, 0},
+		{10 * ms, 2 * journalPaceBytes, true, 0},
+		{time.Second, 0, true, auditMaxPause},
+	} {
+		if got := writerPause(c.took, c.unread, c.arriving); got != c.want {
+			t.Errorf("writerPause(%v, %d, %v) = %v, want %v", c.took, c.unread, c.arriving, got, c.want)
+		}
+	}
 }

@@ -168,7 +168,7 @@ func New(cfg Config) (*Service, error) {
 			s.artifacts.key = cfg.ArtifactKey
 		}
 	}
-	s.audits = newAuditWriter(cfg.Store, cfg.AuditTo, cfg.Log, s.metrics, auditQueue)
+	var journal *auditJournal
 	if cfg.AuditJournalDir != "" && cfg.Store != nil {
 		// What a process that died had journaled, before anything new.
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
@@ -180,19 +180,16 @@ func New(cfg Config) (*Service, error) {
 			err = nil
 		}
 		if err != nil {
-			s.audits.close()
 			return nil, fmt.Errorf("bots: recover audit journals: %w", err)
 		}
 		if n > 0 {
 			s.log.Info("bot audit events recovered from a journal", "count", n)
 		}
-		j, err := openAuditJournal(cfg.AuditJournalDir, s.audits.enqueue)
-		if err != nil {
-			s.audits.close()
+		if journal, err = openAuditJournal(cfg.AuditJournalDir, s.metrics); err != nil {
 			return nil, fmt.Errorf("bots: audit journal: %w", err)
 		}
-		s.audits.journal = j
 	}
+	s.audits = newAuditWriter(cfg.Store, cfg.AuditTo, cfg.Log, s.metrics, auditQueue, journal)
 	if st, ok := cfg.Store.(store.Replicas); ok && cfg.Runtime != nil {
 		s.presence = newReplicaPresence(st, cfg.Log, cfg.Registerer)
 	}

@@ -2,6 +2,7 @@ package bots
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -9,6 +10,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -19,34 +21,66 @@ import (
 	"github.com/sandbot/sandbot/store"
 )
 
-// auditJournal makes an execution's AuditEvent durable before the execution
-// answers, without a database transaction per execution (one costs about
-// ten times the CPU of an event in a batch on SQLite, and a round trip and a
-// WAL flush on PostgreSQL): the events are appended to a file of this
-// process's and flushed to disk together (one fsync for every event that
-// arrived during the previous one), and the audit writer then stores them in
-// batches as before. A process that dies leaves its journal behind; the next
-// process to start on the same directory stores what it holds that the
-// database does not have yet (each event carries its AuditEvent's id), then
-// removes it. docs/performance.md, "The tail".
+// auditJournal is the durable queue between executions and the audit
+// writer. An execution answers once its AuditEvent is on disk in it, without
+// a database transaction per execution (one costs about ten times the CPU of
+// an event in a batch on SQLite, and a round trip and a WAL flush on
+// PostgreSQL): the events are appended to a file of this process's and
+// flushed to disk together (one fsync for every event that arrived during
+// the previous one). The audit writer reads them back from the files and
+// stores them in batches, at its own pace: a burst of executions is not held
+// to the speed at which the database indexes AuditEvents (about 160 µs of
+// CPU an event on SQLite, as much as the execution), only to the disk's; the
+// backlog is bounded (journalMaxBytes), past which executions wait for the
+// writer. docs/performance.md, "The tail".
 //
-// Each process owns one journal, audit-<random>.journal, locked (flock) for
-// its life, so that processes may share a data directory: a journal whose
-// lock can be taken belongs to a process that is gone.
+// The journal is a series of segment files, audit-<random>.journal, each
+// locked (flock) by this process for as long as it has them open, so that
+// processes may share a data directory: a segment whose lock can be taken
+// belongs to a process that is gone, and the next process to start on the
+// directory stores what it holds that the database does not have yet (each
+// event carries its AuditEvent's id), then removes it. A segment is removed
+// once the writer has stored all of it and a newer one is being appended to.
 type auditJournal struct {
+	dir     string
+	in      chan journalWrite
+	metrics *metrics
+	// ended is closed when the appender has stopped (after close).
+	ended chan struct{}
+	// ready has a value when something was appended since the writer
+	// last looked.
+	ready chan struct{}
+	// room has a value when the writer stored something since the
+	// appender last waited for room.
+	room chan struct{}
+
+	mu sync.Mutex
+	// segs are the segments not yet stored in full, oldest first; the last
+	// is appended to. readOff is the writer's position in segs[0].
+	segs    []*journalSegment
+	readOff int64
+	// unread and backlog are the bytes and entries on disk that are not
+	// stored yet; taken and takenN, those of the batch the writer holds.
+	unread, taken   int64
+	backlog, takenN int
+	// closedAt is when appending stopped (zero while open).
+	closedAt time.Time
+	// keep is set when events the store refused could not be set aside:
+	// the segments stay on disk for the next start to store.
+	keep bool
+
+	// written counts the entries appended.
+	written atomic.Int64
+	// segmentBytes and maxBytes are journalSegmentBytes and
+	// journalMaxBytes (smaller in tests).
+	segmentBytes, maxBytes int64
+}
+
+type journalSegment struct {
 	f    *os.File
 	path string
-	dir  string
-	in   chan journalWrite
-	// out receives the entries once they are on disk: the audit writer's
-	// queue (auditWriter.enqueue).
-	out  func(auditEntry)
-	done chan struct{}
-	// written counts the entries in the file; stored, those the writer has
-	// committed to the store. When they are equal, nothing in the file is
-	// needed any more and it may be emptied.
-	written, stored atomic.Int64
-	size            int64
+	// size is what is on disk: whole lines, synced.
+	size int64
 }
 
 type journalWrite struct {
@@ -81,15 +115,38 @@ func (r *journalRecord) entry() auditEntry {
 		entities: r.Entities, attempt: r.Attempt, details: r.Details, outcome: r.Outcome, desc: r.Desc, start: r.Start, end: r.End}
 }
 
-// journalTruncateBytes is the size past which a journal whose every entry
-// is stored is emptied.
-const journalTruncateBytes = 4 << 20
+// The journal's sizes. A segment is closed for appending past
+// journalSegmentBytes; executions wait for the writer while
+// journalMaxBytes are not stored yet (about 600,000 events of the C echo
+// bot, two minutes of the writer's work on the machine of
+// docs/performance.md).
+const (
+	journalSegmentBytes = 4 << 20
+	journalMaxBytes     = 256 << 20
+)
 
-// openAuditJournal creates this process's journal in dir.
-func openAuditJournal(dir string, out func(auditEntry)) (*auditJournal, error) {
+// openAuditJournal creates this process's journal in dir; m counts the
+// executions that wait for room (nil: not counted).
+func openAuditJournal(dir string, m *metrics) (*auditJournal, error) {
+	return openAuditJournalSized(dir, m, journalSegmentBytes, journalMaxBytes)
+}
+
+func openAuditJournalSized(dir string, m *metrics, segmentBytes, maxBytes int64) (*auditJournal, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, err
 	}
+	seg, err := createSegment(dir)
+	if err != nil {
+		return nil, err
+	}
+	j := &auditJournal{dir: dir, in: make(chan journalWrite, auditQueue), metrics: m, ended: make(chan struct{}),
+		ready: make(chan struct{}, 1), room: make(chan struct{}, 1), segs: []*journalSegment{seg}, segmentBytes: segmentBytes, maxBytes: maxBytes}
+	go j.run()
+	return j, nil
+}
+
+// createSegment creates a new, locked segment file in dir.
+func createSegment(dir string) (*journalSegment, error) {
 	path := filepath.Join(dir, "audit-"+uuid.NewString()+".journal")
 	f, err := os.OpenFile(path, os.O_CREATE|os.O_EXCL|os.O_RDWR|os.O_APPEND, 0o600)
 	if err != nil {
@@ -97,11 +154,10 @@ func openAuditJournal(dir string, out func(auditEntry)) (*auditJournal, error) {
 	}
 	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
 		f.Close()
+		os.Remove(path)
 		return nil, fmt.Errorf("lock %s: %w", path, err)
 	}
-	j := &auditJournal{f: f, path: path, dir: dir, in: make(chan journalWrite, auditQueue), out: out, done: make(chan struct{})}
-	go j.run()
-	return j, nil
+	return &journalSegment{f: f, path: path}, nil
 }
 
 // add appends e and returns once it is on disk (or the disk failed).
@@ -112,9 +168,9 @@ func (j *auditJournal) add(e auditEntry) error {
 }
 
 // run writes what has arrived since the last flush in one write and one
-// fsync, then hands the entries to the audit writer.
+// fsync, and tells the writer.
 func (j *auditJournal) run() {
-	defer close(j.done)
+	defer close(j.ended)
 	var buf []byte
 	batch := make([]journalWrite, 0, auditBatch)
 	for w := range j.in {
@@ -131,34 +187,198 @@ func (j *auditJournal) run() {
 				break fill
 			}
 		}
-		if j.size > journalTruncateBytes && j.written.Load() == j.stored.Load() {
-			if err := j.f.Truncate(0); err == nil {
-				j.size = 0
-			}
-		}
+		j.waitForRoom(len(batch))
+		seg := j.current()
 		buf = buf[:0]
 		for i := range batch {
 			buf = appendRecord(buf, &batch[i].e)
 		}
-		_, err := j.f.Write(buf)
+		_, err := seg.f.Write(buf)
 		if err == nil {
-			err = j.f.Sync()
+			err = seg.f.Sync()
 		}
 		if err != nil {
 			// No torn line before the next append.
-			_ = j.f.Truncate(j.size)
+			_ = seg.f.Truncate(seg.size)
 		} else {
-			j.size += int64(len(buf))
+			j.mu.Lock()
+			seg.size += int64(len(buf))
+			j.unread += int64(len(buf))
+			j.backlog += len(batch)
+			j.mu.Unlock()
 			j.written.Add(int64(len(batch)))
-			for i := range batch {
-				batch[i].e.journaled = true
-				j.out(batch[i].e)
-			}
+			signal(j.ready)
 		}
 		for i := range batch {
 			batch[i].committed <- err
 		}
 	}
+	j.mu.Lock()
+	j.closedAt = time.Now()
+	j.mu.Unlock()
+}
+
+// signal leaves a value in c unless one is there already.
+func signal(c chan struct{}) {
+	select {
+	case c <- struct{}{}:
+	default:
+	}
+}
+
+// waitForRoom holds the appender (and so the executions) while the
+// backlog is full, counting the n executions that wait.
+func (j *auditJournal) waitForRoom(n int) {
+	counted := false
+	for {
+		j.mu.Lock()
+		full := j.unread >= j.maxBytes
+		j.mu.Unlock()
+		if !full {
+			return
+		}
+		if !counted && j.metrics != nil {
+			j.metrics.auditWaits.Add(float64(n))
+			counted = true
+		}
+		<-j.room
+	}
+}
+
+// current is the segment to append to: a new one when the last is full
+// (the last one again when a new one cannot be made).
+func (j *auditJournal) current() *journalSegment {
+	j.mu.Lock()
+	seg := j.segs[len(j.segs)-1]
+	j.mu.Unlock()
+	if seg.size < j.segmentBytes {
+		return seg
+	}
+	next, err := createSegment(j.dir)
+	if err != nil {
+		return seg
+	}
+	j.mu.Lock()
+	j.segs = append(j.segs, next)
+	j.dropStoredSegments()
+	j.mu.Unlock()
+	return next
+}
+
+// dropStoredSegments removes the segments stored in full that are no longer
+// appended to. Called with mu held.
+func (j *auditJournal) dropStoredSegments() {
+	for len(j.segs) > 1 && j.readOff == j.segs[0].size && j.taken == 0 && !j.keep {
+		j.segs[0].f.Close()
+		os.Remove(j.segs[0].path)
+		j.segs = j.segs[1:]
+		j.readOff = 0
+	}
+}
+
+// take waits for entries to store and answers up to max of them, waiting
+// up to window for max to be there; bad counts lines that could not be
+// read (a damaged disk), skipped. The writer calls done once it has stored
+// (or set aside) them, before the next take. take answers nothing once the
+// journal is closed and everything in it has been taken.
+func (j *auditJournal) take(max int, window time.Duration) (batch []auditEntry, bad int, err error) {
+	var expired <-chan time.Time
+	for {
+		j.mu.Lock()
+		n, closed := j.backlog, !j.closedAt.IsZero()
+		j.mu.Unlock()
+		switch {
+		case n >= max || n > 0 && closed:
+			return j.read(max)
+		case n == 0 && closed:
+			return nil, 0, nil
+		case n > 0 && expired == nil:
+			t := time.NewTimer(window)
+			defer t.Stop()
+			expired = t.C
+		}
+		select {
+		case <-j.ready:
+		case <-j.ended:
+		case <-expired:
+			return j.read(max)
+		}
+	}
+}
+
+// read decodes up to max entries from the writer's position, within one
+// segment.
+func (j *auditJournal) read(max int) ([]auditEntry, int, error) {
+	j.mu.Lock()
+	j.dropStoredSegments()
+	seg, off := j.segs[0], j.readOff
+	end := seg.size
+	j.mu.Unlock()
+	chunk := int64(256 << 10)
+	var batch []auditEntry
+	bad := 0
+	var used int64
+	for off+used < end && len(batch)+bad < max {
+		buf := make([]byte, min(chunk, end-off-used))
+		if _, err := seg.f.ReadAt(buf, off+used); err != nil {
+			return nil, 0, fmt.Errorf("read %s: %w", seg.path, err)
+		}
+		progressed := false
+		for len(batch)+bad < max {
+			i := bytes.IndexByte(buf, '\n')
+			if i < 0 {
+				break
+			}
+			var rec journalRecord
+			if json.Unmarshal(buf[:i], &rec) != nil || rec.ID == "" || rec.Project == "" {
+				bad++
+			} else {
+				e := rec.entry()
+				e.journaled = true
+				batch = append(batch, e)
+			}
+			used += int64(i + 1)
+			buf = buf[i+1:]
+			progressed = true
+		}
+		if !progressed {
+			chunk *= 2 // a line longer than the chunk
+		}
+	}
+	j.mu.Lock()
+	j.taken, j.takenN = used, len(batch)+bad
+	j.mu.Unlock()
+	return batch, bad, nil
+}
+
+// done tells the journal that the batch of the last take is stored (or set
+// aside), freeing its room.
+func (j *auditJournal) done() {
+	j.mu.Lock()
+	j.readOff += j.taken
+	j.unread -= j.taken
+	j.backlog -= j.takenN
+	j.taken, j.takenN = 0, 0
+	j.dropStoredSegments()
+	j.mu.Unlock()
+	signal(j.room)
+}
+
+// pending answers the bytes and entries not stored yet.
+func (j *auditJournal) pending() (int64, int) {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	return j.unread, j.backlog
+}
+
+// closedFor is how long ago appending stopped (zero while open).
+func (j *auditJournal) closedFor() time.Duration {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	if j.closedAt.IsZero() {
+		return 0
+	}
+	return time.Since(j.closedAt)
 }
 
 // appendRecord appends e's journal line to buf.
@@ -171,14 +391,10 @@ func appendRecord(buf []byte, e *auditEntry) []byte {
 	return append(append(buf, line...), '\n')
 }
 
-// storedEntries tells the journal that n of its entries are in the store.
-func (j *auditJournal) storedEntries(n int) { j.stored.Add(int64(n)) }
-
 // setAside keeps entries the store refused in a journal file of their own,
-// which no process holds, so that the next start on the directory stores
-// them, and counts them as done here: this journal can then still be
-// emptied. When even that fails, they stay counted as not stored, and this
-// journal is kept whole until the process ends.
+// which no process holds, so that the next start stores them: the segments
+// they came from can then still be removed. When even that fails, every
+// segment is kept until the process ends, for the next start to store.
 func (j *auditJournal) setAside(entries []auditEntry) error {
 	var buf []byte
 	for i := range entries {
@@ -186,38 +402,45 @@ func (j *auditJournal) setAside(entries []auditEntry) error {
 	}
 	path := filepath.Join(j.dir, "audit-"+uuid.NewString()+".journal")
 	f, err := os.OpenFile(path, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600)
-	if err != nil {
-		return err
-	}
-	_, err = f.Write(buf)
 	if err == nil {
-		err = f.Sync()
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
+		_, err = f.Write(buf)
+		if err == nil {
+			err = f.Sync()
+		}
+		if cerr := f.Close(); err == nil {
+			err = cerr
+		}
+		if err != nil {
+			os.Remove(path)
+		}
 	}
 	if err != nil {
-		os.Remove(path)
-		return err
+		j.mu.Lock()
+		j.keep = true
+		j.mu.Unlock()
 	}
-	j.storedEntries(len(entries))
-	return nil
+	return err
 }
 
-// close stops the journal once what it was given is on disk and handed on;
-// the caller closes the writer's queue after it. The file is removed when
-// everything in it is stored (the writer has drained its queue).
+// close stops appending once what the journal was given is on disk; the
+// writer then stores what is left (see auditWriter.close).
 func (j *auditJournal) close() {
 	close(j.in)
-	<-j.done
+	<-j.ended
 }
 
-// remove deletes the journal once the audit writer has stored every entry.
+// remove deletes the segments the writer has stored in full and closes the
+// others, which stay for the next start on the directory to store.
 func (j *auditJournal) remove() {
-	if j.written.Load() == j.stored.Load() {
-		os.Remove(j.path)
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	for i, seg := range j.segs {
+		if i == 0 && j.readOff == seg.size && j.taken == 0 && !j.keep {
+			os.Remove(seg.path)
+		}
+		seg.f.Close()
 	}
-	j.f.Close()
+	j.segs = nil
 }
 
 // recoverAuditJournals stores the entries of the journals in dir that no

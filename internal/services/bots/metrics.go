@@ -31,7 +31,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		}),
 		auditWaits: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "sandbot_bot_audit_queue_full_total",
-			Help: "Executions that found the audit writer's queue full and waited for room before answering.",
+			Help: "Executions that found the audit writer's queue (or the audit journal's backlog) full and waited for room before answering.",
 		}),
 		auditJournalFailed: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "sandbot_bot_audit_journal_failures_total",
@@ -65,6 +65,28 @@ func (m *metrics) watchAuditQueue(queued func() int, capacity int) {
 			Name: "sandbot_bot_audit_queue_capacity",
 			Help: "AuditEvents the audit writer's queue holds; an execution that finds it full waits for room.",
 		}, func() float64 { return float64(capacity) }))
+}
+
+// watchAuditJournal exports the audit journal's backlog: the events and
+// bytes on disk not stored yet, and the bytes past which executions wait
+// for the writer.
+func (m *metrics) watchAuditJournal(pending func() (int64, int), limit int64) {
+	if m.reg == nil {
+		return
+	}
+	m.reg.MustRegister(
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "sandbot_bot_audit_queue_depth",
+			Help: "Execution AuditEvents waiting for the audit writer.",
+		}, func() float64 { _, n := pending(); return float64(n) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "sandbot_bot_audit_journal_bytes",
+			Help: "Bytes of the audit journal not stored yet.",
+		}, func() float64 { b, _ := pending(); return float64(b) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "sandbot_bot_audit_journal_limit_bytes",
+			Help: "Bytes of the audit journal not stored yet past which executions wait for the audit writer.",
+		}, func() float64 { return float64(limit) }))
 }
 
 func (m *metrics) observeInput(contentType string, n int) {
