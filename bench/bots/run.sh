@@ -83,6 +83,15 @@ PY
   kill "$FLOOR"
   # Were the AuditEvents kept? (dropped, or executions that waited for the writer)
   curl -s http://127.0.0.1:19110/metrics | grep -E '^sandbot_bot_audit_(events_dropped|queue_full|journal_failures)' || true
+  # How long the journal's syncs took, which an execution waits for (the
+  # histogram's buckets: the quantile is at most the bound printed).
+  curl -s http://127.0.0.1:19110/metrics | python3 -c '
+import re, sys
+b = [(float(le), float(c)) for le, c in re.findall(r"^sandbot_bot_audit_journal_sync_seconds_bucket\{le=\"([^\"]+)\"\} (\S+)", sys.stdin.read(), re.M)]
+if b and b[-1][1]:
+    q = lambda p: next(f"{le*1e3:g} ms" for le, c in b if c >= p * b[-1][1])
+    print(f"audit journal syncs: p50 <= {q(.5)}, p99 <= {q(.99)} ({b[-1][1]:.0f} syncs)")
+' || true
   exit 0
 fi
 TRIVIAL_JS=$(deploy_js trivial-js 'exports.handler = async function handler(medplum, event) { return { ok: true }; };')

@@ -193,9 +193,13 @@ func (j *auditJournal) run() {
 		for i := range batch {
 			buf = appendRecord(buf, &batch[i].e)
 		}
+		t0 := time.Now()
 		_, err := seg.f.Write(buf)
 		if err == nil {
 			err = seg.f.Sync()
+		}
+		if j.metrics != nil {
+			j.metrics.auditJournalSync.Observe(time.Since(t0).Seconds())
 		}
 		if err != nil {
 			// No torn line before the next append.

@@ -11,6 +11,7 @@ type metrics struct {
 	auditLag           prometheus.Histogram
 	auditWaits         prometheus.Counter
 	auditJournalFailed prometheus.Counter
+	auditJournalSync   prometheus.Histogram
 	reg                prometheus.Registerer
 }
 
@@ -37,6 +38,11 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "sandbot_bot_audit_journal_failures_total",
 			Help: "Execution AuditEvents the audit journal could not put on disk (they were queued in memory instead).",
 		}),
+		auditJournalSync: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "sandbot_bot_audit_journal_sync_seconds",
+			Help:    "Time the audit journal's appends took to reach the disk (write and fsync), which every execution that ended meanwhile waits for.",
+			Buckets: []float64{.0001, .00025, .0005, .001, .002, .004, .008, .016, .032, .064, .128},
+		}),
 		auditLag: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "sandbot_bot_audit_write_lag_seconds",
 			Help:    "Time from an execution's end to the commit of its AuditEvent (its count is the events written).",
@@ -45,7 +51,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		reg: reg,
 	}
 	if reg != nil {
-		reg.MustRegister(m.inputBytes, m.executions, m.auditDropped, m.auditLag, m.auditWaits, m.auditJournalFailed)
+		reg.MustRegister(m.inputBytes, m.executions, m.auditDropped, m.auditLag, m.auditWaits, m.auditJournalFailed, m.auditJournalSync)
 	}
 	return m
 }
