@@ -117,8 +117,8 @@ func (r *journalRecord) entry() auditEntry {
 
 // The journal's sizes. A segment is closed for appending past
 // journalSegmentBytes; executions wait for the writer while
-// journalMaxBytes are not stored yet (about 600,000 events of the C echo
-// bot, two minutes of the writer's work on the machine of
+// journalMaxBytes are not stored yet (about 900,000 events of the C echo
+// bot, three minutes of the writer's work on the machine of
 // docs/performance.md).
 const (
 	journalSegmentBytes = 4 << 20
