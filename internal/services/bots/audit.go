@@ -134,12 +134,18 @@ func (e *auditEntry) event() fhir.Resource {
 func newAuditWriter(s store.Store, to func(fhir.Resource), log *slog.Logger, m *metrics, queue int, j *auditJournal) *auditWriter {
 	a := &auditWriter{store: s, to: to, log: log, metrics: m, done: make(chan struct{}), journal: j}
 	if j != nil {
-		m.watchAuditJournal(j.pending, j.maxBytes)
+		m.watchAuditQueue(func() int { _, n := j.pending(); return n },
+			gauge("sandbot_bot_audit_journal_bytes", "Bytes of the audit journal not stored yet.",
+				func() float64 { b, _ := j.pending(); return float64(b) }),
+			gauge("sandbot_bot_audit_journal_limit_bytes", "Bytes of the audit journal not stored yet past which executions wait for the audit writer.",
+				func() float64 { return float64(j.maxBytes) }))
 		go a.runJournal()
 		return a
 	}
 	a.ch = make(chan auditEntry, queue)
-	m.watchAuditQueue(func() int { return len(a.ch) }, cap(a.ch))
+	m.watchAuditQueue(func() int { return len(a.ch) },
+		gauge("sandbot_bot_audit_queue_capacity", "AuditEvents the audit writer's queue holds; an execution that finds it full waits for room.",
+			func() float64 { return float64(cap(a.ch)) }))
 	go a.run()
 	return a
 }

@@ -33,19 +33,7 @@ func TestAuditWriterWaitsRatherThanDrops(t *testing.T) {
 			// A queue of one: nearly every event finds it full.
 			a := newAuditWriter(st, nil, slog.New(slog.NewTextHandler(io.Discard, nil)), m, 1, nil)
 			const writers, each = 8, 40
-			var wg sync.WaitGroup
-			for w := range writers {
-				wg.Add(1)
-				go func() {
-					defer wg.Done()
-					for i := range each {
-						now := time.Now().UTC()
-						a.add(auditEntry{project: "p1", bot: "Bot/b" + strconv.Itoa(w), requester: "ClientApplication/c", outcome: "0",
-							desc: strconv.Itoa(i), start: now, end: now})
-					}
-				}()
-			}
-			wg.Wait()
+			addEntries(writers, each, a.add)
 			a.close()
 			if d := testutil.ToFloat64(m.auditDropped); d != 0 {
 				t.Fatalf("%v events dropped", d)
@@ -97,19 +85,7 @@ func TestAuditJournal(t *testing.T) {
 			st := openTestStore(t, be)
 			dir := t.TempDir()
 			a, _ := journaledWriter(t, st, dir)
-			var wg sync.WaitGroup
-			for w := range 4 {
-				wg.Add(1)
-				go func() {
-					defer wg.Done()
-					for i := range 25 {
-						now := time.Now().UTC()
-						a.add(auditEntry{project: "p1", bot: "Bot/b" + strconv.Itoa(w), requester: "ClientApplication/c", outcome: "0",
-							desc: strconv.Itoa(i), start: now, end: now})
-					}
-				}()
-			}
-			wg.Wait()
+			addEntries(4, 25, a.add)
 			if n := a.journal.written.Load(); n != 100 {
 				t.Fatalf("%d entries journaled, want 100", n)
 			}
@@ -279,7 +255,7 @@ func TestAuditJournalAbsorbsABurst(t *testing.T) {
 		t.Fatal(err)
 	}
 	const writers, each = 4, 150
-	addEntries(j, writers, each)
+	addEntries(writers, each, journalAdd(t, j))
 	if n := j.written.Load(); n != writers*each {
 		t.Fatalf("%d entries journaled, want %d", n, writers*each)
 	}
@@ -316,7 +292,7 @@ func TestAuditJournalHoldsExecutionsWhenFull(t *testing.T) {
 	added := make(chan struct{})
 	go func() {
 		defer close(added)
-		addEntries(j, 1, 40)
+		addEntries(1, 40, journalAdd(t, j))
 	}()
 	deadline := time.Now().Add(5 * time.Second)
 	for testutil.ToFloat64(m.auditWaits) == 0 {
@@ -336,8 +312,9 @@ func TestAuditJournalHoldsExecutionsWhenFull(t *testing.T) {
 	}
 }
 
-// addEntries adds writers×each entries to j, from writers goroutines.
-func addEntries(j *auditJournal, writers, each int) {
+// addEntries adds writers×each entries of project p1 with add, from writers
+// goroutines.
+func addEntries(writers, each int, add func(auditEntry)) {
 	var wg sync.WaitGroup
 	for w := range writers {
 		wg.Add(1)
@@ -345,15 +322,22 @@ func addEntries(j *auditJournal, writers, each int) {
 			defer wg.Done()
 			for i := range each {
 				now := time.Now().UTC()
-				e := auditEntry{id: uuid.Must(uuid.NewV7()).String(), project: "p1", bot: "Bot/b" + strconv.Itoa(w),
-					requester: "ClientApplication/c", outcome: "0", desc: strconv.Itoa(i), start: now, end: now}
-				if err := j.add(e); err != nil {
-					panic(err)
-				}
+				add(auditEntry{project: "p1", bot: "Bot/b" + strconv.Itoa(w), requester: "ClientApplication/c", outcome: "0",
+					desc: strconv.Itoa(i), start: now, end: now})
 			}
 		}()
 	}
 	wg.Wait()
+}
+
+// journalAdd adds e to j under a new id, as auditWriter.add does.
+func journalAdd(t *testing.T, j *auditJournal) func(auditEntry) {
+	return func(e auditEntry) {
+		e.id = uuid.Must(uuid.NewV7()).String()
+		if err := j.add(e); err != nil {
+			t.Error(err)
+		}
+	}
 }
 
 // TestWriterPause: the writer pauses only while executions arrive, three

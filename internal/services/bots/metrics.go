@@ -56,43 +56,23 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	return m
 }
 
-// watchAuditQueue exports the audit writer's queue: how many events wait
-// and how many it holds before executions wait for room.
-func (m *metrics) watchAuditQueue(queued func() int, capacity int) {
+// watchAuditQueue exports how many events wait for the audit writer, and
+// how much room there is before executions wait: the in-memory queue's
+// capacity, or the journal's bytes not stored yet against their limit.
+func (m *metrics) watchAuditQueue(queued func() int, room ...prometheus.Collector) {
 	if m.reg == nil {
 		return
 	}
-	m.reg.MustRegister(
-		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-			Name: "sandbot_bot_audit_queue_depth",
-			Help: "Execution AuditEvents waiting for the audit writer.",
-		}, func() float64 { return float64(queued()) }),
-		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-			Name: "sandbot_bot_audit_queue_capacity",
-			Help: "AuditEvents the audit writer's queue holds; an execution that finds it full waits for room.",
-		}, func() float64 { return float64(capacity) }))
+	m.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "sandbot_bot_audit_queue_depth",
+		Help: "Execution AuditEvents waiting for the audit writer.",
+	}, func() float64 { return float64(queued()) }))
+	m.reg.MustRegister(room...)
 }
 
-// watchAuditJournal exports the audit journal's backlog: the events and
-// bytes on disk not stored yet, and the bytes past which executions wait
-// for the writer.
-func (m *metrics) watchAuditJournal(pending func() (int64, int), limit int64) {
-	if m.reg == nil {
-		return
-	}
-	m.reg.MustRegister(
-		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-			Name: "sandbot_bot_audit_queue_depth",
-			Help: "Execution AuditEvents waiting for the audit writer.",
-		}, func() float64 { _, n := pending(); return float64(n) }),
-		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-			Name: "sandbot_bot_audit_journal_bytes",
-			Help: "Bytes of the audit journal not stored yet.",
-		}, func() float64 { b, _ := pending(); return float64(b) }),
-		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-			Name: "sandbot_bot_audit_journal_limit_bytes",
-			Help: "Bytes of the audit journal not stored yet past which executions wait for the audit writer.",
-		}, func() float64 { return float64(limit) }))
+// gauge is a gauge of f's value.
+func gauge(name, help string, f func() float64) prometheus.Collector {
+	return prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: name, Help: help}, f)
 }
 
 func (m *metrics) observeInput(contentType string, n int) {
