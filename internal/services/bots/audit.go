@@ -22,7 +22,7 @@ import (
 // server's), an execution answers once its event is on disk in the journal
 // (journal.go), and the writer reads the journaled events back and stores
 // them in batches off the request path, yielding the CPU to executions while
-// the backlog is small (writerPause); without one (tests, sandbot bot run),
+// they arrive (writerPause); without one (tests, sandbot bot run),
 // an execution answers once its event is queued in memory, and a full queue
 // makes it wait for room. Batches, because a transaction of one event costs
 // ten times the CPU of an event in a batch (docs/performance.md, "The
@@ -164,31 +164,33 @@ const auditWindow = 20 * time.Millisecond
 
 // How the writer shares the CPU with executions when it stores from the
 // journal. After a batch stored while executions went on journaling, it
-// pauses auditYield times as long as the batch took, less as the backlog
-// grows (none at journalPaceBytes and beyond), never longer than
-// auditMaxPause, and takes batches of auditYieldBatch events (a short
-// stretch of work, so that an execution waiting for a core does not wait for
-// a batch of hundreds): a burst of executions gets the CPU, and the backlog
-// it leaves is stored, in full batches, as soon as the burst ends. A steady load the writer
-// cannot follow at a quarter of its speed grows the backlog until the
-// pauses shrink to what keeps up. auditDrainTimeout bounds how long a
-// stopping server stores the backlog; the next start stores the rest.
+// pauses auditYield times as long as the batch took, less as it falls
+// behind (none once the events it stores ended auditPaceLag ago or more),
+// never longer than auditMaxPause, and takes batches of auditYieldBatch
+// events meanwhile (a short stretch of work, so that an execution waiting
+// for a core does not wait for a batch of hundreds): a burst of executions
+// gets the CPU, and the backlog it leaves is stored, in full batches, as
+// soon as the burst ends. Under a steady load the writer cannot follow at a
+// quarter of its speed, its pauses shrink until it keeps up, with its
+// events a few seconds old (at most auditPaceLag). auditDrainTimeout bounds
+// how long a stopping server stores the backlog; the next start stores the
+// rest.
 const (
 	auditYield        = 3
 	auditYieldBatch   = 16
-	journalPaceBytes  = 32 << 20
+	auditPaceLag      = 10 * time.Second
 	auditMaxPause     = 250 * time.Millisecond
 	auditDrainTimeout = 10 * time.Second
 )
 
-// writerPause is the pause after a batch that took took, with unread bytes
-// still to store; arriving says whether executions journaled events
+// writerPause is the pause after a batch that took took, whose last event
+// ended lag ago; arriving says whether executions journaled events
 // meanwhile.
-func writerPause(took time.Duration, unread int64, arriving bool) time.Duration {
-	if !arriving || unread >= journalPaceBytes {
+func writerPause(took, lag time.Duration, arriving bool) time.Duration {
+	if !arriving || lag >= auditPaceLag {
 		return 0
 	}
-	k := auditYield * float64(journalPaceBytes-unread) / journalPaceBytes
+	k := auditYield * float64(auditPaceLag-max(lag, 0)) / float64(auditPaceLag)
 	return min(time.Duration(k*float64(took)), auditMaxPause)
 }
 
@@ -220,8 +222,10 @@ func (a *auditWriter) runJournal() {
 		t0 := time.Now()
 		a.write(batch)
 		j.done()
-		unread, _ := j.pending()
-		pause := writerPause(time.Since(t0), unread, j.written.Load() != appended && j.closedFor() == 0)
+		if len(batch) == 0 {
+			continue // only unreadable lines
+		}
+		pause := writerPause(time.Since(t0), time.Since(batch[len(batch)-1].end), j.written.Load() != appended && j.closedFor() == 0)
 		yielding = pause > 0
 		if yielding {
 			time.Sleep(pause)

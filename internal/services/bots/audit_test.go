@@ -341,25 +341,26 @@ func journalAdd(t *testing.T, j *auditJournal) func(auditEntry) {
 }
 
 // TestWriterPause: the writer pauses only while executions arrive, three
-// times its batch's time with an empty backlog, less as the backlog grows,
-// not at all past journalPaceBytes, and never longer than auditMaxPause.
+// times its batch's time when it is up to date, less as it falls behind,
+// not at all once it is auditPaceLag behind, and never longer than
+// auditMaxPause.
 func TestWriterPause(t *testing.T) {
 	ms := time.Millisecond
 	for _, c := range []struct {
-		took     time.Duration
-		unread   int64
-		arriving bool
-		want     time.Duration
+		took, lag time.Duration
+		arriving  bool
+		want      time.Duration
 	}{
 		{10 * ms, 0, false, 0},
 		{10 * ms, 0, true, 30 * ms},
-		{10 * ms, journalPaceBytes / 2, true, 15 * ms},
-		{10 * ms, journalPaceBytes, true, 0},
-		{10 * ms, 2 * journalPaceBytes, true, 0},
+		{10 * ms, -ms, true, 30 * ms}, // a clock step
+		{10 * ms, auditPaceLag / 2, true, 15 * ms},
+		{10 * ms, auditPaceLag, true, 0},
+		{10 * ms, 2 * auditPaceLag, true, 0},
 		{time.Second, 0, true, auditMaxPause},
 	} {
-		if got := writerPause(c.took, c.unread, c.arriving); got != c.want {
-			t.Errorf("writerPause(%v, %d, %v) = %v, want %v", c.took, c.unread, c.arriving, got, c.want)
+		if got := writerPause(c.took, c.lag, c.arriving); got != c.want {
+			t.Errorf("writerPause(%v, %v, %v) = %v, want %v", c.took, c.lag, c.arriving, got, c.want)
 		}
 	}
 }
