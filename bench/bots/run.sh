@@ -8,6 +8,9 @@
 # ONLY=js runs only the JavaScript comparison: a trivial JavaScript bot
 # (return { ok: true }) through $execute against the Node peer running the
 # same bot as the reference's vmcontext does, with a MedplumClient per request.
+# ONLY=steady runs the C echo bot for the whole duration (CONNS_STEADY
+# connections, default 1) and prints the audit journal's backlog every 10 s
+# and how late the AuditEvents were stored.
 # ONLY=tail runs the tail comparison: the C echo bot through $execute against
 # the machine's floor (floor/main.go, a bare net/http handler answering the
 # same request), at 1 and 8 connections, ROUNDS rounds (default 2), as wrk
@@ -92,6 +95,30 @@ if b and b[-1][1]:
     q = lambda p: next(f"{le*1e3:g} ms" for le, c in b if c >= p * b[-1][1])
     print(f"audit journal syncs: p50 <= {q(.5)}, p99 <= {q(.99)} ({b[-1][1]:.0f} syncs)")
 ' || true
+  exit 0
+fi
+if [ "${ONLY:-}" = steady ]; then
+  # A steady load for DUR (say 60s) at CONNS connections (default here 1):
+  # the audit journal's backlog every 10 s, then how late the AuditEvents
+  # were stored (decision 60: at most about 10 s while executions go on).
+  ECHO=$(deploy c-echo examples/c-echo/c-echo.wasm)
+  wrk -t1 -c"${CONNS_STEADY:-1}" -d"$DUR" --latency -s bench/bots/post.lua "$B/fhir/R4/Bot/$ECHO/\$execute" >"$work/wrk.txt" &
+  WRK=$!
+  while kill -0 "$WRK" 2>/dev/null; do
+    sleep 10
+    echo "backlog: $(curl -s http://127.0.0.1:19110/metrics | grep -E '^sandbot_bot_audit_(queue_depth|journal_bytes) ' | tr '\n' ' ')"
+  done
+  grep -E 'Requests/sec|50%|99%' "$work/wrk.txt"
+  for _ in $(seq 1 60); do # until the backlog is stored
+    curl -s http://127.0.0.1:19110/metrics | grep -qE '^sandbot_bot_audit_queue_depth 0$' && break
+    sleep 1
+  done
+  curl -s http://127.0.0.1:19110/metrics | python3 -c '
+import re, sys
+b = [(float(le), float(c)) for le, c in re.findall(r"^sandbot_bot_audit_write_lag_seconds_bucket\{le=\"([^\"]+)\"\} (\S+)", sys.stdin.read(), re.M)]
+if b and b[-1][1]:
+    print("AuditEvents stored within: " + ", ".join(f"{le:g} s: {c/b[-1][1]:.1%}" for le, c in b if le >= 1))
+'
   exit 0
 fi
 TRIVIAL_JS=$(deploy_js trivial-js 'exports.handler = async function handler(medplum, event) { return { ok: true }; };')
