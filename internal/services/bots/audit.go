@@ -206,6 +206,9 @@ func (a *auditWriter) runJournal() {
 			size = auditYieldBatch
 		}
 		batch, bad, err := j.take(size, auditWindow)
+		if err == errJournalDone {
+			return
+		}
 		if err != nil {
 			a.log.Error("bot audit journal unreadable; retrying", "err", err)
 			time.Sleep(time.Second)
@@ -214,9 +217,6 @@ func (a *auditWriter) runJournal() {
 		if bad > 0 {
 			a.metrics.auditDropped.Add(float64(bad))
 			a.log.Warn("bot audit journal: unreadable lines skipped", "count", bad)
-		}
-		if len(batch) == 0 && bad == 0 {
-			return // closed, and everything stored
 		}
 		appended := j.written.Load()
 		t0 := time.Now()

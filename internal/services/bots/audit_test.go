@@ -364,3 +364,32 @@ func TestWriterPause(t *testing.T) {
 		}
 	}
 }
+
+// TestAuditJournalKeptSegmentsAreRead: once events the store refused could
+// not be set aside (keep), the writer still moves on through the segments
+// (it used to stop at the first, forever) and every segment stays on disk
+// for the next start.
+func TestAuditJournalKeptSegmentsAreRead(t *testing.T) {
+	be := storetest.Backends(t)[0]
+	st := openTestStore(t, be)
+	dir := t.TempDir()
+	m := newMetrics(prometheus.NewRegistry())
+	j, err := openAuditJournalSized(dir, m, 1<<10, 1<<20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	j.keep = true
+	addEntries(2, 20, journalAdd(t, j))
+	segs, _ := filepath.Glob(filepath.Join(dir, "*.journal"))
+	if len(segs) < 3 {
+		t.Fatalf("%d segments, want several", len(segs))
+	}
+	a := newAuditWriter(st, nil, slog.New(slog.DiscardHandler), m, auditQueue, j)
+	a.close()
+	if got := auditEvents(t, st, "p1"); len(got) != 40 {
+		t.Fatalf("%d AuditEvents stored, want 40", len(got))
+	}
+	if left, _ := filepath.Glob(filepath.Join(dir, "*.journal")); len(left) != len(segs) {
+		t.Fatalf("%d of %d segments kept", len(left), len(segs))
+	}
+}

@@ -66,8 +66,10 @@ type auditJournal struct {
 	// closedAt is when appending stopped (zero while open).
 	closedAt time.Time
 	// keep is set when events the store refused could not be set aside:
-	// the segments stay on disk for the next start to store.
+	// the segments stay on disk for the next start to store; kept are
+	// those the writer has moved past since.
 	keep bool
+	kept []*journalSegment
 
 	// written counts the entries appended.
 	written atomic.Int64
@@ -270,11 +272,16 @@ func (j *auditJournal) current() *journalSegment {
 }
 
 // dropStoredSegments removes the segments stored in full that are no longer
-// appended to. Called with mu held.
+// appended to (with keep set, it only moves past them, and keeps them open,
+// locked, until remove). Called with mu held.
 func (j *auditJournal) dropStoredSegments() {
-	for len(j.segs) > 1 && j.readOff == j.segs[0].size && j.taken == 0 && !j.keep {
-		j.segs[0].f.Close()
-		os.Remove(j.segs[0].path)
+	for len(j.segs) > 1 && j.readOff == j.segs[0].size && j.taken == 0 {
+		if j.keep {
+			j.kept = append(j.kept, j.segs[0])
+		} else {
+			j.segs[0].f.Close()
+			os.Remove(j.segs[0].path)
+		}
 		j.segs = j.segs[1:]
 		j.readOff = 0
 	}
@@ -283,8 +290,8 @@ func (j *auditJournal) dropStoredSegments() {
 // take waits for entries to store and answers up to max of them, waiting
 // up to window for max to be there; bad counts lines that could not be
 // read (a damaged disk), skipped. The writer calls done once it has stored
-// (or set aside) them, before the next take. take answers nothing once the
-// journal is closed and everything in it has been taken.
+// (or set aside) them, before the next take. take answers errJournalDone
+// once the journal is closed and everything in it has been taken.
 func (j *auditJournal) take(max int, window time.Duration) (batch []auditEntry, bad int, err error) {
 	var expired <-chan time.Time
 	for {
@@ -295,7 +302,7 @@ func (j *auditJournal) take(max int, window time.Duration) (batch []auditEntry, 
 		case n >= max || n > 0 && closed:
 			return j.read(max)
 		case n == 0 && closed:
-			return nil, 0, nil
+			return nil, 0, errJournalDone
 		case n > 0 && expired == nil:
 			t := time.NewTimer(window)
 			defer t.Stop()
@@ -309,6 +316,9 @@ func (j *auditJournal) take(max int, window time.Duration) (batch []auditEntry, 
 		}
 	}
 }
+
+// errJournalDone says that the journal is closed and everything in it taken.
+var errJournalDone = errors.New("audit journal closed and stored")
 
 // read decodes up to max entries from the writer's position, within one
 // segment.
@@ -328,6 +338,14 @@ func (j *auditJournal) read(max int) ([]auditEntry, int, error) {
 			return nil, 0, fmt.Errorf("read %s: %w", seg.path, err)
 		}
 		progressed := false
+		if bytes.IndexByte(buf, '\n') < 0 && off+used+int64(len(buf)) == end {
+			// No newline before the end: cannot happen (only whole lines
+			// are counted in size), but a damaged disk must not stop the
+			// writer.
+			bad++
+			used += int64(len(buf))
+			break
+		}
 		for len(batch)+bad < max {
 			i := bytes.IndexByte(buf, '\n')
 			if i < 0 {
@@ -444,7 +462,10 @@ func (j *auditJournal) remove() {
 		}
 		seg.f.Close()
 	}
-	j.segs = nil
+	for _, seg := range j.kept {
+		seg.f.Close()
+	}
+	j.segs, j.kept = nil, nil
 }
 
 // recoverAuditJournals stores the entries of the journals in dir that no
