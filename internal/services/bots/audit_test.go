@@ -205,6 +205,7 @@ func TestAuditJournalSetsAsideWhatTheStoreRefused(t *testing.T) {
 	st.Close() // every write fails from here on
 	dir := t.TempDir()
 	a, m := journaledWriter(t, st, dir)
+	own := a.journal.segs[0].path
 	for i := range 3 {
 		now := time.Now().UTC()
 		a.add(auditEntry{project: "p1", bot: "Bot/b", requester: "ClientApplication/c", outcome: "0", desc: strconv.Itoa(i), start: now, end: now})
@@ -212,6 +213,9 @@ func TestAuditJournalSetsAsideWhatTheStoreRefused(t *testing.T) {
 	a.close()
 	if d := testutil.ToFloat64(m.auditDropped); d != 3 {
 		t.Fatalf("%v events counted as not written, want 3", d)
+	}
+	if _, err := os.Stat(own); !os.IsNotExist(err) {
+		t.Fatalf("the process's journal was kept: %v", err)
 	}
 	aside, _ := filepath.Glob(filepath.Join(dir, "audit-*.journal"))
 	if len(aside) == 0 {
