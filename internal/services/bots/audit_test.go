@@ -397,3 +397,39 @@ func TestAuditJournalKeptSegmentsAreRead(t *testing.T) {
 		t.Fatalf("%d of %d segments kept", len(left), len(segs))
 	}
 }
+
+// TestAuditWriterRecoversInTheBackground: a journal a dead process left in
+// the directory is stored by the new writer, while the new process journals
+// its own events from the start (recovery used to hold the start, a minute
+// for every 300,000 events); each event is stored once.
+func TestAuditWriterRecoversInTheBackground(t *testing.T) {
+	be := storetest.Backends(t)[0]
+	st := openTestStore(t, be)
+	dir := t.TempDir()
+	var lines []byte
+	now := time.Now().UTC()
+	for i := range 50 {
+		e := auditEntry{id: uuid.Must(uuid.NewV7()).String(), project: "p1", bot: "Bot/dead", requester: "ClientApplication/c",
+			outcome: "0", desc: strconv.Itoa(i), start: now, end: now}
+		lines = appendRecord(lines, &e)
+	}
+	dead := filepath.Join(dir, "audit-dead.journal")
+	if err := os.WriteFile(dead, lines, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	a, _ := journaledWriter(t, st, dir)
+	addEntries(2, 10, a.add)
+	var got map[string]bool
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		if got = auditEvents(t, st, "p1"); len(got) >= 70 {
+			break
+		}
+	}
+	a.close()
+	if len(got) != 70 {
+		t.Fatalf("%d AuditEvents stored, want 70 (50 recovered, 20 new)", len(got))
+	}
+	if _, err := os.Stat(dead); !os.IsNotExist(err) {
+		t.Fatalf("the dead process's journal is still there: %v", err)
+	}
+}

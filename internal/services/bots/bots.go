@@ -14,7 +14,6 @@ package bots
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"log/slog"
 	"net/url"
@@ -170,21 +169,9 @@ func New(cfg Config) (*Service, error) {
 	}
 	var journal *auditJournal
 	if cfg.AuditJournalDir != "" && cfg.Store != nil {
-		// What a process that died had journaled, before anything new.
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-		n, err := recoverAuditJournals(ctx, cfg.AuditJournalDir, cfg.Store)
-		cancel()
-		var bad *unreadableJournal
-		if errors.As(err, &bad) {
-			s.log.Error("bot audit journal damaged: what could be read was stored", "err", err)
-			err = nil
-		}
-		if err != nil {
-			return nil, fmt.Errorf("bots: recover audit journals: %w", err)
-		}
-		if n > 0 {
-			s.log.Info("bot audit events recovered from a journal", "count", n)
-		}
+		// What a process that died had journaled is stored by the writer,
+		// before what this one journals (runJournal).
+		var err error
 		if journal, err = openAuditJournal(cfg.AuditJournalDir, s.metrics); err != nil {
 			return nil, fmt.Errorf("bots: audit journal: %w", err)
 		}
