@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -250,14 +251,7 @@ func journaledWriter(t *testing.T, st store.Store, dir string) (*auditWriter, *m
 // files as it grows, and the writer, once it runs, stores every event and
 // removes every segment.
 func TestAuditJournalAbsorbsABurst(t *testing.T) {
-	be := storetest.Backends(t)[0]
-	st := openTestStore(t, be)
-	dir := t.TempDir()
-	m := newMetrics(prometheus.NewRegistry())
-	j, err := openAuditJournalSized(dir, m, 8<<10, 1<<20)
-	if err != nil {
-		t.Fatal(err)
-	}
+	st, dir, m, j := sizedJournal(t, 8<<10, 1<<20)
 	const writers, each = 4, 150
 	addEntries(writers, each, journalAdd(t, j))
 	if n := j.written.Load(); n != writers*each {
@@ -286,13 +280,7 @@ func TestAuditJournalAbsorbsABurst(t *testing.T) {
 // holds executions until the writer has stored some of the backlog; none is
 // lost.
 func TestAuditJournalHoldsExecutionsWhenFull(t *testing.T) {
-	be := storetest.Backends(t)[0]
-	st := openTestStore(t, be)
-	m := newMetrics(prometheus.NewRegistry())
-	j, err := openAuditJournalSized(t.TempDir(), m, 1<<10, 2<<10)
-	if err != nil {
-		t.Fatal(err)
-	}
+	st, _, m, j := sizedJournal(t, 1<<10, 2<<10)
 	added := make(chan struct{})
 	go func() {
 		defer close(added)
@@ -314,6 +302,20 @@ func TestAuditJournalHoldsExecutionsWhenFull(t *testing.T) {
 	if got := auditEvents(t, st, "p1"); len(got) != 40 {
 		t.Fatalf("%d AuditEvents stored, want 40", len(got))
 	}
+}
+
+// sizedJournal opens a store, and a journal in a new directory with
+// segments of segmentBytes and a limit of maxBytes, counting into m.
+func sizedJournal(t *testing.T, segmentBytes, maxBytes int64) (st store.Store, dir string, m *metrics, j *auditJournal) {
+	t.Helper()
+	st = openTestStore(t, storetest.Backends(t)[0])
+	dir = t.TempDir()
+	m = newMetrics(prometheus.NewRegistry())
+	j, err := openAuditJournalSized(dir, m, segmentBytes, maxBytes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st, dir, m, j
 }
 
 // addEntries adds writers×each entries of project p1 with add, from writers
@@ -374,14 +376,7 @@ func TestWriterPause(t *testing.T) {
 // (it used to stop at the first, forever) and every segment stays on disk
 // for the next start.
 func TestAuditJournalKeptSegmentsAreRead(t *testing.T) {
-	be := storetest.Backends(t)[0]
-	st := openTestStore(t, be)
-	dir := t.TempDir()
-	m := newMetrics(prometheus.NewRegistry())
-	j, err := openAuditJournalSized(dir, m, 1<<10, 1<<20)
-	if err != nil {
-		t.Fatal(err)
-	}
+	st, dir, m, j := sizedJournal(t, 1<<10, 1<<20)
 	j.keep = true
 	addEntries(2, 20, journalAdd(t, j))
 	segs, _ := filepath.Glob(filepath.Join(dir, "*.journal"))
@@ -431,5 +426,27 @@ func TestAuditWriterRecoversInTheBackground(t *testing.T) {
 	}
 	if _, err := os.Stat(dead); !os.IsNotExist(err) {
 		t.Fatalf("the dead process's journal is still there: %v", err)
+	}
+}
+
+// TestAuditJournalReadsLinesLongerThanItsChunk: take reads about a
+// kilobyte a line it may return; a longer line (a bot's log of several
+// KiB in outcomeDesc) is read whole all the same, in order.
+func TestAuditJournalReadsLinesLongerThanItsChunk(t *testing.T) {
+	_, _, _, j := sizedJournal(t, 1<<20, 1<<20)
+	defer j.close()
+	long := strings.Repeat("x", 5000)
+	for i := range 3 {
+		journalAdd(t, j)(auditEntry{project: "p1", bot: "Bot/b", requester: "ClientApplication/c", outcome: "0", desc: strconv.Itoa(i) + long})
+	}
+	for i := range 3 {
+		batch, bad, err := j.take(1, time.Millisecond)
+		if err != nil || bad != 0 || len(batch) != 1 || batch[0].desc != strconv.Itoa(i)+long {
+			t.Fatalf("take %d: %d entries, %d bad, %v", i, len(batch), bad, err)
+		}
+		j.done()
+	}
+	if bytes, n := j.pending(); bytes != 0 || n != 0 {
+		t.Fatalf("%d bytes and %d entries left", bytes, n)
 	}
 }

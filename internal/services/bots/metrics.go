@@ -36,7 +36,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		}),
 		auditJournalFailed: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "sandbot_bot_audit_journal_failures_total",
-			Help: "Execution AuditEvents the audit journal could not put on disk (they were queued in memory instead).",
+			Help: "Execution AuditEvents the audit journal could not put on disk (each was stored at once instead, on its execution's goroutine).",
 		}),
 		auditJournalSync: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "sandbot_bot_audit_journal_sync_seconds",
