@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -103,8 +104,9 @@ func TestAuditJournal(t *testing.T) {
 
 // TestAuditJournalRecovery: the journal of a process that died is stored at
 // the next start, each event once (one was stored before the death, and a
-// last line the death cut short was never acknowledged); a journal a live
-// process holds is left alone.
+// last append the death cut short, with zeros where its first block should
+// be, was never acknowledged and is not damage); a journal a live process
+// holds is left alone.
 func TestAuditJournalRecovery(t *testing.T) {
 	for _, be := range storetest.Backends(t) {
 		t.Run(be.Name, func(t *testing.T) {
@@ -122,7 +124,13 @@ func TestAuditJournalRecovery(t *testing.T) {
 				}
 				lines = append(append(lines, line...), '\n')
 			}
+			// The last append was being written when the process died: of
+			// its two blocks only the second had reached the file, which
+			// is filled with zeros ahead (createSegment).
 			lines = append(lines, `{"id":"0193a2b4-0000-7000-8000-000000000004","proj`...)
+			lines = append(lines, make([]byte, 4096)...)
+			lines = append(lines, `ect":"p1","bot":"Bot/b","requester":"ClientApplication/c","outcome":"0"}`+"\n"...)
+			lines = append(lines, make([]byte, 64<<10)...)
 			dead := filepath.Join(dir, "audit-dead.journal")
 			if err := os.WriteFile(dead, lines, 0o600); err != nil {
 				t.Fatal(err)
@@ -175,7 +183,7 @@ func TestAuditJournalDamaged(t *testing.T) {
 		t.Fatal(err)
 	}
 	path := filepath.Join(dir, "audit-damaged.journal")
-	if err := os.WriteFile(path, append([]byte("\x00\x00garbage\n"), append(good, '\n')...), 0o600); err != nil {
+	if err := os.WriteFile(path, append([]byte("garbage\n"), append(good, '\n')...), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	n, err := recoverAuditJournals(ctx, dir, st)
@@ -379,17 +387,88 @@ func TestAuditJournalKeptSegmentsAreRead(t *testing.T) {
 	st, dir, m, j := sizedJournal(t, 1<<10, 1<<20)
 	j.keep = true
 	addEntries(2, 20, journalAdd(t, j))
-	segs, _ := filepath.Glob(filepath.Join(dir, "*.journal"))
-	if len(segs) < 3 {
-		t.Fatalf("%d segments, want several", len(segs))
+	// (Not a glob: the directory also holds the spare segment, filled
+	// ahead, which close removes.)
+	j.mu.Lock()
+	segs := len(j.segs)
+	j.mu.Unlock()
+	if segs < 3 {
+		t.Fatalf("%d segments, want several", segs)
 	}
 	a := newAuditWriter(st, nil, slog.New(slog.DiscardHandler), m, auditQueue, j)
 	a.close()
 	if got := auditEvents(t, st, "p1"); len(got) != 40 {
 		t.Fatalf("%d AuditEvents stored, want 40", len(got))
 	}
-	if left, _ := filepath.Glob(filepath.Join(dir, "*.journal")); len(left) != len(segs) {
-		t.Fatalf("%d of %d segments kept", len(left), len(segs))
+	if left, _ := filepath.Glob(filepath.Join(dir, "*.journal")); len(left) != segs {
+		t.Fatalf("%d of %d segments kept", len(left), segs)
+	}
+}
+
+// TestAuditJournalSegmentsAreFilledAhead: a segment is filled with zeros
+// before it is appended to (a sync then writes only data), and the next
+// one is ready before the appender needs it.
+func TestAuditJournalSegmentsAreFilledAhead(t *testing.T) {
+	_, dir, _, j := sizedJournal(t, 1<<12, 1<<20)
+	defer j.close()
+	if fi, err := os.Stat(j.segs[0].path); err != nil || fi.Size() != 1<<12 {
+		t.Fatalf("first segment: %v, %v; want %d bytes", fi, err, 1<<12)
+	}
+	add := journalAdd(t, j)
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		if files, _ := filepath.Glob(filepath.Join(dir, "*.journal")); len(files) == 2 || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	spare, _ := filepath.Glob(filepath.Join(dir, "*.journal"))
+	addEntries(1, 30, add) // about 9 KiB: the next segments
+	j.mu.Lock()
+	segs := slices.Clone(j.segs)
+	j.mu.Unlock()
+	if len(segs) < 2 || !slices.Contains(spare, segs[1].path) {
+		t.Fatalf("segments %d, the second not the spare filled ahead (%v)", len(segs), spare)
+	}
+	for _, seg := range segs {
+		if seg.capacity != 1<<12 || seg.size > seg.capacity {
+			t.Fatalf("segment of capacity %d holds %d bytes", seg.capacity, seg.size)
+		}
+	}
+}
+
+// TestAuditJournalMovesPastAFailedSegment: once a segment's write or sync
+// failed, the executions of that batch are told (their events are then
+// stored at once) and the next batch goes to a new segment, which the
+// writer stores.
+func TestAuditJournalMovesPastAFailedSegment(t *testing.T) {
+	st, _, m, j := sizedJournal(t, 1<<20, 1<<20)
+	first := j.segs[0]
+	first.f.Close() // the disk refuses it from now on
+	now := time.Now().UTC()
+	e := auditEntry{id: uuid.Must(uuid.NewV7()).String(), project: "p1", bot: "Bot/b", requester: "ClientApplication/c", outcome: "0", start: now, end: now}
+	if err := j.add(e); err == nil {
+		t.Fatal("an append to a segment the disk refuses succeeded")
+	}
+	e.id = uuid.Must(uuid.NewV7()).String()
+	if err := j.add(e); err != nil {
+		t.Fatalf("the next append: %v", err)
+	}
+	j.mu.Lock()
+	last := j.segs[len(j.segs)-1]
+	j.mu.Unlock()
+	if !first.failed || last == first || last.size == 0 {
+		t.Fatalf("first failed %v; the next append not in a new segment (%d bytes)", first.failed, last.size)
+	}
+	a := newAuditWriter(st, nil, slog.New(slog.DiscardHandler), m, auditQueue, j)
+	a.close()
+	if got := auditEvents(t, st, "p1"); len(got) != 1 || !got[e.id] {
+		t.Fatalf("stored %v, want only %s", got, e.id)
+	}
+	for _, seg := range []*journalSegment{first, last} {
+		if _, err := os.Stat(seg.path); !os.IsNotExist(err) {
+			t.Fatalf("segment %s left after everything was stored: %v", seg.path, err)
+		}
 	}
 }
 

@@ -53,6 +53,12 @@ type auditJournal struct {
 	// room has a value when the writer stored something since the
 	// appender last waited for room.
 	room chan struct{}
+	// spare is a segment filled with zeros ahead of time for the appender
+	// to move to; stopSpare ends its preparation, and spareDone is closed
+	// once it has ended.
+	spare     chan *journalSegment
+	stopSpare chan struct{}
+	spareDone chan struct{}
 
 	mu sync.Mutex
 	// segs are the segments not yet stored in full, oldest first; the last
@@ -81,8 +87,13 @@ type auditJournal struct {
 type journalSegment struct {
 	f    *os.File
 	path string
-	// size is what is on disk: whole lines, synced.
-	size int64
+	// size is what is on disk: whole lines, synced; capacity is the
+	// zero-filled length of the file (0 when it could not be filled: the
+	// file then grows as it is appended to).
+	size, capacity int64
+	// failed is set once a write or sync of the segment failed: nothing
+	// more is appended to it.
+	failed bool
 }
 
 type journalWrite struct {
@@ -137,20 +148,27 @@ func openAuditJournalSized(dir string, m *metrics, segmentBytes, maxBytes int64)
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, err
 	}
-	seg, err := createSegment(dir)
+	seg, err := createSegment(dir, segmentBytes)
 	if err != nil {
 		return nil, err
 	}
 	j := &auditJournal{dir: dir, in: make(chan journalWrite, auditQueue), metrics: m, ended: make(chan struct{}),
-		ready: make(chan struct{}, 1), room: make(chan struct{}, 1), segs: []*journalSegment{seg}, segmentBytes: segmentBytes, maxBytes: maxBytes}
+		ready: make(chan struct{}, 1), room: make(chan struct{}, 1),
+		spare: make(chan *journalSegment), stopSpare: make(chan struct{}), spareDone: make(chan struct{}),
+		segs: []*journalSegment{seg}, segmentBytes: segmentBytes, maxBytes: maxBytes}
 	go j.run()
+	go j.prepareSpares()
 	return j, nil
 }
 
-// createSegment creates a new, locked segment file in dir.
-func createSegment(dir string) (*journalSegment, error) {
+// createSegment creates a new, locked segment file in dir, filled with
+// size zero bytes and synced: appends then overwrite blocks the file
+// already has, and a sync has only the data to write, not the file's size
+// and blocks as well (a third less time on this disk,
+// docs/performance.md). A segment that cannot be filled is used as it is.
+func createSegment(dir string, size int64) (*journalSegment, error) {
 	path := filepath.Join(dir, "audit-"+uuid.NewString()+".journal")
-	f, err := os.OpenFile(path, os.O_CREATE|os.O_EXCL|os.O_RDWR|os.O_APPEND, 0o600)
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_EXCL|os.O_RDWR, 0o600)
 	if err != nil {
 		return nil, err
 	}
@@ -159,7 +177,51 @@ func createSegment(dir string) (*journalSegment, error) {
 		os.Remove(path)
 		return nil, fmt.Errorf("lock %s: %w", path, err)
 	}
-	return &journalSegment{f: f, path: path}, nil
+	seg := &journalSegment{f: f, path: path}
+	if fillZeros(f, size) == nil {
+		seg.capacity = size
+	} else if f.Truncate(0) != nil {
+		f.Close()
+		os.Remove(path)
+		return nil, fmt.Errorf("empty %s after a failed fill", path)
+	}
+	return seg, nil
+}
+
+// fillZeros writes size zero bytes to f and syncs it.
+func fillZeros(f *os.File, size int64) error {
+	zeros := make([]byte, min(size, 1<<20))
+	for off := int64(0); off < size; off += int64(len(zeros)) {
+		if _, err := f.WriteAt(zeros[:min(int64(len(zeros)), size-off)], off); err != nil {
+			return err
+		}
+	}
+	return f.Sync()
+}
+
+// prepareSpares keeps a zero-filled segment ready for the appender, so
+// that moving to the next segment does not hold executions for the fill.
+func (j *auditJournal) prepareSpares() {
+	defer close(j.spareDone)
+	for {
+		seg, err := createSegment(j.dir, j.segmentBytes)
+		if err != nil {
+			// The appender creates its own when it needs one.
+			select {
+			case <-j.stopSpare:
+				return
+			case <-time.After(time.Second):
+				continue
+			}
+		}
+		select {
+		case j.spare <- seg:
+		case <-j.stopSpare:
+			seg.f.Close()
+			os.Remove(seg.path)
+			return
+		}
+	}
 }
 
 // add appends e and returns once it is on disk (or the disk failed).
@@ -169,8 +231,8 @@ func (j *auditJournal) add(e auditEntry) error {
 	return <-w.committed
 }
 
-// run writes what has arrived since the last flush in one write and one
-// fsync, and tells the writer.
+// run writes what has arrived since the last sync in one write and one
+// sync, and tells the writer.
 func (j *auditJournal) run() {
 	defer close(j.ended)
 	var buf []byte
@@ -190,28 +252,33 @@ func (j *auditJournal) run() {
 			}
 		}
 		j.waitForRoom(len(batch))
-		seg := j.current()
 		buf = buf[:0]
 		for i := range batch {
 			buf = appendRecord(buf, &batch[i].e)
 		}
+		seg := j.current(int64(len(buf)))
 		t0 := time.Now()
-		_, err := seg.f.Write(buf)
+		_, err := seg.f.WriteAt(buf, seg.size)
 		if err == nil {
-			err = seg.f.Sync()
+			err = syscall.Fdatasync(int(seg.f.Fd()))
 		}
 		if j.metrics != nil {
 			j.metrics.auditJournalSync.Observe(time.Since(t0).Seconds())
 		}
+		j.mu.Lock()
 		if err != nil {
-			// No torn line before the next append.
-			_ = seg.f.Truncate(seg.size)
+			// After a failed sync the kernel may have dropped the pages
+			// it could not write, and a later sync would not say so:
+			// nothing more goes to this segment. What was written of this
+			// batch lies past size, where nothing is read.
+			seg.failed = true
 		} else {
-			j.mu.Lock()
 			seg.size += int64(len(buf))
 			j.unread += int64(len(buf))
 			j.backlog += len(batch)
-			j.mu.Unlock()
+		}
+		j.mu.Unlock()
+		if err == nil {
 			j.written.Add(int64(len(batch)))
 			signal(j.ready)
 		}
@@ -251,18 +318,26 @@ func (j *auditJournal) waitForRoom(n int) {
 	}
 }
 
-// current is the segment to append to: a new one when the last is full
-// (the last one again when a new one cannot be made).
-func (j *auditJournal) current() *journalSegment {
+// current is the segment to append n bytes to: the next one when the last
+// has not room for them (a batch larger than a segment goes to an empty
+// one, which grows) or failed; the last one again when a new one cannot be
+// made.
+func (j *auditJournal) current(n int64) *journalSegment {
 	j.mu.Lock()
 	seg := j.segs[len(j.segs)-1]
+	fits := !seg.failed && (seg.size+n <= max(seg.capacity, j.segmentBytes) || seg.size == 0)
 	j.mu.Unlock()
-	if seg.size < j.segmentBytes {
+	if fits {
 		return seg
 	}
-	next, err := createSegment(j.dir)
-	if err != nil {
-		return seg
+	var next *journalSegment
+	select {
+	case next = <-j.spare:
+	default:
+		var err error
+		if next, err = createSegment(j.dir, j.segmentBytes); err != nil {
+			return seg
+		}
 	}
 	j.mu.Lock()
 	j.segs = append(j.segs, next)
@@ -451,6 +526,8 @@ func (j *auditJournal) setAside(entries []auditEntry) error {
 func (j *auditJournal) close() {
 	close(j.in)
 	<-j.ended
+	close(j.stopSpare)
+	<-j.spareDone
 }
 
 // remove deletes the segments the writer has stored in full and closes the
@@ -520,6 +597,14 @@ func recoverAuditJournal(ctx context.Context, path string, st store.Store) (int,
 		}
 		if err != nil {
 			return 0, err
+		}
+		if bytes.IndexByte(line, 0) >= 0 {
+			// Segments are filled with zeros before they are appended to,
+			// and the blocks of a write reach the disk in any order: zeros
+			// in a line are a part of an append that was not all written
+			// when the process died, so never acknowledged. (JSON has no
+			// NUL byte.)
+			continue
 		}
 		var rec journalRecord
 		if json.Unmarshal(line, &rec) != nil || rec.ID == "" || rec.Project == "" {
