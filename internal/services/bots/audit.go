@@ -43,6 +43,9 @@ type auditWriter struct {
 	// journal, when set, holds the events until they are stored; ch is
 	// then unused.
 	journal *auditJournal
+	// low stores the batches taken while executions arrive, on a thread of
+	// the lowest priority (nil: on the writer's goroutine).
+	low *lowPriority
 
 	mu     sync.RWMutex
 	closed bool
@@ -204,11 +207,17 @@ func writerPause(took, lag time.Duration, arriving bool) time.Duration {
 // journal's directory (recoverAuditJournals: each event the store lacks,
 // looked up one by one, so that it does not hold the start: 100,000 events
 // took 19 s on SQLite), then what this process's journal holds, in
-// batches, pausing between them while executions run (writerPause).
+// batches, pausing between them while executions run (writerPause). The
+// batches taken while it pauses are stored on a thread of the lowest
+// priority (lowPriority); once it falls auditPaceLag behind, once
+// executions stop, and while the server stops, it stores at the server's
+// priority, so that it catches up.
 func (a *auditWriter) runJournal(recovery context.Context) {
 	defer close(a.done)
 	j := a.journal
 	a.recoverJournals(recovery)
+	a.low = startLowPriority()
+	defer a.low.stop()
 	yielding := false
 	for j.closedFor() <= auditDrainTimeout {
 		size := auditBatch
@@ -230,7 +239,11 @@ func (a *auditWriter) runJournal(recovery context.Context) {
 		}
 		appended := j.written.Load()
 		t0 := time.Now()
-		a.write(batch)
+		if yielding {
+			a.low.run(func() { a.write(batch) })
+		} else {
+			a.write(batch)
+		}
 		j.done()
 		if len(batch) == 0 {
 			continue // only unreadable lines
