@@ -14,7 +14,8 @@
 # ONLY=tail runs the tail comparison: the C echo bot through $execute against
 # the machine's floor (floor/main.go, a bare net/http handler answering the
 # same request), at 1 and 8 connections, ROUNDS rounds (default 2), as wrk
-# sees them (p50, p99, requests/s) and as ratios to the floor.
+# sees them (p50, p99, requests/s) and as ratios to the floor, and the
+# server-side percentiles of the same requests.
 # Server-side latency comes from sandbot's access log (exact per-request
 # durations); client-side figures are wrk's.
 set -euo pipefail
@@ -73,13 +74,18 @@ if [ "${ONLY:-}" = tail ]; then
   for round in $(seq 1 "${ROUNDS:-2}"); do
     for c in 1 8; do
       f=$(TOKEN= tail_run floor "$c" http://127.0.0.1:18130/)
+      seen=$(wc -l <"$work/server.log")
       s=$(tail_run sandbot "$c" "$B/fhir/R4/Bot/$ECHO/\$execute")
-      python3 - "$round" "$c" "$f" "$s" <<'PY'
+      # The same requests as the server timed them (its access log): what
+      # wrk sees beyond is the response's way back and wrk's own wait.
+      tail -n +"$((seen + 1))" "$work/server.log" >"$work/round.log"
+      python3 - "$round" "$c" "$f" "$s" "$(python3 bench/bots/latency.py "$work/round.log" '$execute')" <<'PY'
 import sys
-r, c, f, s = sys.argv[1], sys.argv[2], sys.argv[3].split(), sys.argv[4].split()
+r, c, f, s, srv = sys.argv[1], sys.argv[2], sys.argv[3].split(), sys.argv[4].split(), sys.argv[5]
 f50, f99, frps = map(float, f); s50, s99, srps = map(float, s)
 print(f"round {r}, {c} connection(s): floor p50 {f50:.0f} us p99 {f99:.0f} us {frps:,.0f}/s | "
       f"sandbot p50 {s50:.0f} us p99 {s99:.0f} us {srps:,.0f}/s | ratios p50 {s50/f50:.2f}x p99 {s99/f99:.2f}x rps {srps/frps:.2f}x")
+print(f"  sandbot {srv}")
 PY
     done
   done

@@ -25,9 +25,9 @@ import (
 // writer. An execution answers once its AuditEvent is on disk in it, without
 // a database transaction per execution (one costs about ten times the CPU of
 // an event in a batch on SQLite, and a round trip and a WAL flush on
-// PostgreSQL): the events are appended to a file of this process's and
-// flushed to disk together (one fsync for every event that arrived during
-// the previous one). The audit writer reads them back from the files and
+// PostgreSQL): the events are written to a file of this process's and
+// flushed to disk together (one fdatasync for every event that arrived
+// during the previous one). The audit writer reads them back from the files and
 // stores them in batches, at its own pace: a burst of executions is not held
 // to the speed at which the database indexes AuditEvents (about 160 µs of
 // CPU an event on SQLite, as much as the execution), only to the disk's; the
@@ -35,6 +35,7 @@ import (
 // writer. docs/performance.md, "The tail".
 //
 // The journal is a series of segment files, audit-<random>.journal, each
+// filled with zeros before it is written to (createSegment), and each
 // locked (flock) by this process for as long as it has them open, so that
 // processes may share a data directory: a segment whose lock can be taken
 // belongs to a process that is gone, and the next process to start on the
