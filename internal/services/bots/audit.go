@@ -43,9 +43,6 @@ type auditWriter struct {
 	// journal, when set, holds the events until they are stored; ch is
 	// then unused.
 	journal *auditJournal
-	// low stores the batches taken while executions arrive, on a thread of
-	// the lowest priority (nil: on the writer's goroutine).
-	low *lowPriority
 
 	mu     sync.RWMutex
 	closed bool
@@ -216,8 +213,8 @@ func (a *auditWriter) runJournal(recovery context.Context) {
 	defer close(a.done)
 	j := a.journal
 	a.recoverJournals(recovery)
-	a.low = startLowPriority()
-	defer a.low.stop()
+	low := startLowPriority()
+	defer low.stop()
 	yielding := false
 	for j.closedFor() <= auditDrainTimeout {
 		size := auditBatch
@@ -240,7 +237,7 @@ func (a *auditWriter) runJournal(recovery context.Context) {
 		appended := j.written.Load()
 		t0 := time.Now()
 		if yielding {
-			a.low.run(func() { a.write(batch) })
+			low.run(func() { a.write(batch) })
 		} else {
 			a.write(batch)
 		}
