@@ -189,6 +189,13 @@ const (
 	auditDrainTimeout = 10 * time.Second
 )
 
+// auditLowPriorityLag is how far behind the writer may fall before the
+// batches it takes while pausing are stored at the server's priority
+// rather than on the low-priority thread: at nice 19 under a steady load
+// it would otherwise sit at auditPaceLag, with most events stored just
+// after it (docs/performance.md, "Where the slow requests wait").
+const auditLowPriorityLag = auditPaceLag / 2
+
 // writerPause is the pause after a batch that took took, whose last event
 // ended lag ago; arriving says whether executions journaled events
 // meanwhile.
@@ -236,7 +243,7 @@ func (a *auditWriter) runJournal(recovery context.Context) {
 		}
 		appended := j.written.Load()
 		t0 := time.Now()
-		if yielding {
+		if yielding && len(batch) > 0 && time.Since(batch[0].end) < auditLowPriorityLag {
 			low.run(func() { a.write(batch) })
 		} else {
 			a.write(batch)
