@@ -4,9 +4,10 @@ package fhirapi_test
 // sandbot binary (the default audit journal) answers executions of the C
 // echo bot from 4 clients and is killed with SIGKILL as soon as the last
 // answer arrives; a new process on the same data directory and database
-// stores what the dead one had journaled (in the background, as it serves). Every answered execution has its
-// AuditEvent, once. (With the in-memory queue, the events of the last
-// moments before the kill were lost.) Skipped with -short.
+// stores what the dead one had journaled (in the background, as it
+// serves). Every answered execution has its AuditEvent, once. (With the
+// in-memory queue, the events of the last moments before the kill were
+// lost.) Skipped with -short.
 
 import (
 	"fmt"

@@ -213,7 +213,7 @@ func writerPause(took, lag time.Duration, arriving bool) time.Duration {
 // took 19 s on SQLite), then what this process's journal holds, in
 // batches, pausing between them while executions run (writerPause). The
 // batches taken while it pauses are stored on a thread of the lowest
-// priority (lowPriority); once it falls auditPaceLag behind, once
+// priority (lowPriority); once it falls auditLowPriorityLag behind, once
 // executions stop, and while the server stops, it stores at the server's
 // priority, so that it catches up.
 func (a *auditWriter) runJournal(recovery context.Context) {

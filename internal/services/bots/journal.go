@@ -27,8 +27,8 @@ import (
 // an event in a batch on SQLite, and a round trip and a WAL flush on
 // PostgreSQL): the events are written to a file of this process's and
 // flushed to disk together (one fdatasync for every event that arrived
-// during the previous one). The audit writer reads them back from the files and
-// stores them in batches, at its own pace: a burst of executions is not held
+// during the previous one). The audit writer reads them back from the
+// files and stores them in batches, at its own pace: a burst of executions is not held
 // to the speed at which the database indexes AuditEvents (about 160 µs of
 // CPU an event on SQLite, as much as the execution), only to the disk's; the
 // backlog is bounded (journalMaxBytes), past which executions wait for the
@@ -88,10 +88,8 @@ type auditJournal struct {
 type journalSegment struct {
 	f    *os.File
 	path string
-	// size is what is on disk: whole lines, synced; capacity is the
-	// zero-filled length of the file (0 when it could not be filled: the
-	// file then grows as it is appended to).
-	size, capacity int64
+	// size is what is on disk: whole lines, synced.
+	size int64
 	// failed is set once a write or sync of the segment failed: nothing
 	// more is appended to it.
 	failed bool
@@ -166,7 +164,8 @@ func openAuditJournalSized(dir string, m *metrics, segmentBytes, maxBytes int64)
 // size zero bytes and synced: appends then overwrite blocks the file
 // already has, and a sync has only the data to write, not the file's size
 // and blocks as well (a quarter to a third less time on the development
-// machine's disk: decision 61). A segment that cannot be filled is used as it is.
+// machine's disk: decision 61). A segment that cannot be filled is emptied
+// and used as it is: it grows as it is appended to.
 func createSegment(dir string, size int64) (*journalSegment, error) {
 	path := filepath.Join(dir, "audit-"+uuid.NewString()+".journal")
 	f, err := os.OpenFile(path, os.O_CREATE|os.O_EXCL|os.O_RDWR, 0o600)
@@ -178,15 +177,12 @@ func createSegment(dir string, size int64) (*journalSegment, error) {
 		os.Remove(path)
 		return nil, fmt.Errorf("lock %s: %w", path, err)
 	}
-	seg := &journalSegment{f: f, path: path}
-	if fillZeros(f, size) == nil {
-		seg.capacity = size
-	} else if f.Truncate(0) != nil {
+	if fillZeros(f, size) != nil && f.Truncate(0) != nil {
 		f.Close()
 		os.Remove(path)
 		return nil, fmt.Errorf("empty %s after a failed fill", path)
 	}
-	return seg, nil
+	return &journalSegment{f: f, path: path}, nil
 }
 
 // fillZeros writes size zero bytes to f and syncs it.
@@ -326,7 +322,7 @@ func (j *auditJournal) waitForRoom(n int) {
 func (j *auditJournal) current(n int64) *journalSegment {
 	j.mu.Lock()
 	seg := j.segs[len(j.segs)-1]
-	fits := !seg.failed && (seg.size+n <= max(seg.capacity, j.segmentBytes) || seg.size == 0)
+	fits := !seg.failed && (seg.size+n <= j.segmentBytes || seg.size == 0)
 	j.mu.Unlock()
 	if fits {
 		return seg
