@@ -13,6 +13,14 @@ import (
 	"time"
 )
 
+// Cores is how many cores the node's executions share: the scheduler's
+// default number of Ps (the CPUs, or the container's CPU quota), and never
+// more than the CPUs, since serve runs more Ps than cores (docs/decisions.md
+// 62). ExecutionsPerCore and GuestCores count per core of these.
+func Cores() int {
+	return min(goruntime.NumCPU(), goruntime.GOMAXPROCS(0))
+}
+
 // Limits are the limits sandbot enforces. Every component takes the whole
 // struct and calls [Limits.WithDefaults] once, so a zero field means "the
 // default" everywhere and a caller (a test) sets only the fields it cares
@@ -73,12 +81,12 @@ type Limits struct {
 	// project may hold together.
 	ProjectExecutionPercent int64
 	// ExecutionsPerCore is how many executions a node admits at once per
-	// core (the node's are this times GOMAXPROCS). Whatever is admitted,
+	// core (the node's are this times Cores()). Whatever is admitted,
 	// only as many run guest code at a time as there are cores, taking
 	// turns at their fuel yields in a fair order across projects.
 	ExecutionsPerCore int64
 	// GuestCores is how many executions run guest code at once, taking
-	// turns at their fuel yields; by default twice the cores (GOMAXPROCS):
+	// turns at their fuel yields; by default twice the cores (Cores()):
 	// with one turn per core, executions that wait on the turn of another of
 	// their project's lengthened the tail of every bot's latency.
 	GuestCores int64
@@ -211,7 +219,7 @@ func Default() Limits {
 		ExecutionMemoryBytes:    1 << 30,
 		ProjectExecutionPercent: 50,
 		ExecutionsPerCore:       8,
-		GuestCores:              int64(2 * goruntime.GOMAXPROCS(0)),
+		GuestCores:              int64(2 * Cores()),
 		ExecutionWaitMillis:     250,
 
 		CompileConcurrency: 2,

@@ -2,6 +2,7 @@ package limits
 
 import (
 	"os"
+	goruntime "runtime"
 	"reflect"
 	"strings"
 	"testing"
@@ -76,5 +77,22 @@ func TestReadmeListsEverySetting(t *testing.T) {
 		if !strings.Contains(string(readme), "`"+s.Env+"`") {
 			t.Errorf("README.md does not list %s", s.Env)
 		}
+	}
+}
+
+// TestCoresAreNotThePs: serve runs more Ps than cores (docs/decisions.md
+// 62); the cores that executions are counted per stay the CPUs.
+func TestCoresAreNotThePs(t *testing.T) {
+	cpus := goruntime.NumCPU()
+	defer goruntime.GOMAXPROCS(goruntime.GOMAXPROCS(2 * cpus))
+	if got := Cores(); got != cpus {
+		t.Fatalf("Cores() = %d with GOMAXPROCS %d on %d CPUs, want %d", got, 2*cpus, cpus, cpus)
+	}
+	if got := Default().GuestCores; got != int64(2*cpus) {
+		t.Fatalf("default GuestCores = %d with the Ps raised, want twice the %d CPUs", got, cpus)
+	}
+	goruntime.GOMAXPROCS(1)
+	if got := Cores(); got != 1 {
+		t.Fatalf("Cores() = %d with GOMAXPROCS 1 (a container's quota of one core), want 1", got)
 	}
 }

@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
-	goruntime "runtime"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -49,6 +48,10 @@ type Config struct {
 	// bot's MedplumClient (its requests never leave the process); "" is
 	// http://localhost:8103/.
 	BaseURL string
+	// Cores is how many cores executions share, what the admission's
+	// ExecutionsPerCore and the default GuestCores count per; 0 is
+	// limits.Cores().
+	Cores int
 
 	noPool bool // tests and benchmarks: plain Go memory instead of the pool
 	noJS   bool // tests: behave as a build without the JavaScript engine
@@ -95,11 +98,11 @@ type Runtime struct {
 
 // guestCores is how many executions run guest code at once: n, or twice
 // the cores (runtime/RATIONALE.md, "Sharing the CPU").
-func guestCores(n int64) int {
+func guestCores(n int64, cores int) int {
 	if n > 0 {
 		return int(n)
 	}
-	return 2 * goruntime.GOMAXPROCS(0)
+	return 2 * cores
 }
 
 // wasm32MaxPages is the largest memory a 32-bit module can address (4 GiB).
@@ -114,6 +117,10 @@ func New(ctx context.Context, cfg Config) (*Runtime, error) {
 		return nil, errors.New("runtime: BotMemoryBytes below one page")
 	}
 	memoryLimit := min(uint64(cfg.Limits.BotMemoryBytes)/page*page, 4<<30-page)
+	cores := cfg.Cores
+	if cores <= 0 {
+		cores = limits.Cores()
+	}
 	logger := cfg.Logger
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
@@ -167,9 +174,9 @@ func New(ctx context.Context, cfg Config) (*Runtime, error) {
 		platform:     platform(cacheDir),
 		ownCacheDir:  ownCacheDir,
 		compileSlots: make(chan struct{}, max(l.CompileConcurrency, 1)),
-		admission: newAdmission(l.ExecutionMemoryBytes, l.ProjectExecutionPercent, int(l.ExecutionsPerCore)*goruntime.GOMAXPROCS(0),
+		admission: newAdmission(l.ExecutionMemoryBytes, l.ProjectExecutionPercent, int(l.ExecutionsPerCore)*cores,
 			time.Duration(max(l.ExecutionWaitMillis, 0))*time.Millisecond),
-		cpu: newCPUTurns(guestCores(l.GuestCores)),
+		cpu: newCPUTurns(guestCores(l.GuestCores, cores)),
 	}
 	r.metrics.budgetBytes.Set(float64(r.admission.budget))
 	if err := instantiateWASI(ctx, wz); err != nil {

@@ -13,7 +13,9 @@
 # and how late the AuditEvents were stored.
 # ONLY=tail runs the tail comparison: the C echo bot through $execute against
 # the machine's floor (floor/main.go, a bare net/http handler answering the
-# same request), at 1 and 8 connections, ROUNDS rounds (default 2), as wrk
+# same request) and the durable floor (the same handler answering once a
+# line is synced to disk, as sandbot's audit journal does), at 1 and 8
+# connections, ROUNDS rounds (default 2), as wrk
 # sees them (p50, p99, requests/s) and as ratios to the floor, and the
 # server-side percentiles of the same requests.
 # Server-side latency comes from sandbot's access log (exact per-request
@@ -27,7 +29,7 @@ work=$(mktemp -d)
 # SIGINT stops the server without its drain, and the wait frees the ports for
 # the next run; the floor, a background job of a script, ignores SIGINT and
 # gets TERM (else a run that failed midway would wait for it forever).
-trap 'kill -INT $(jobs -p) 2>/dev/null || true; [ -n "${FLOOR:-}" ] && kill "$FLOOR" 2>/dev/null; wait 2>/dev/null || true; rm -rf "$work"' EXIT
+trap 'kill -INT $(jobs -p) 2>/dev/null || true; [ -n "${FLOOR:-}" ] && kill "$FLOOR" "${DFLOOR:-}" 2>/dev/null; wait 2>/dev/null || true; rm -rf "$work"' EXIT
 
 make -s js # the JavaScript engine, embedded by the build
 go build -o "$work/sandbot" ./cmd/sandbot
@@ -65,31 +67,40 @@ if [ "${ONLY:-}" = tail ]; then
   # (a background job of a script ignores SIGINT: the floor gets TERM.)
   "$work/floor" 127.0.0.1:18130 &
   FLOOR=$!
-  sleep 0.5
+  # The durable floor: the same, answering once a 300-byte line is synced
+  # to a file in the data directory's file system (floor/main.go).
+  mkdir -p "$work/floor-data"
+  "$work/floor" 127.0.0.1:18131 "$work/floor-data" &
+  DFLOOR=$!
+  sleep 1
   wrk -t1 -c2 -d2s -s bench/bots/post.lua "$B/fhir/R4/Bot/$ECHO/\$execute" >/dev/null
   wrk -t1 -c2 -d2s -s bench/bots/post.lua http://127.0.0.1:18130/ >/dev/null
+  wrk -t1 -c2 -d2s -s bench/bots/post.lua http://127.0.0.1:18131/ >/dev/null
   tail_run() { # label conns url -> "p50_us p99_us rps"
     wrk -t1 -c"$2" -d"$DUR" --latency -s bench/bots/post.lua "$3" | python3 bench/bots/wrkstats.py
   }
   for round in $(seq 1 "${ROUNDS:-2}"); do
     for c in 1 8; do
       f=$(TOKEN= tail_run floor "$c" http://127.0.0.1:18130/)
+      d=$(TOKEN= tail_run durable "$c" http://127.0.0.1:18131/)
       seen=$(wc -l <"$work/server.log")
       s=$(tail_run sandbot "$c" "$B/fhir/R4/Bot/$ECHO/\$execute")
       # The same requests as the server timed them (its access log): what
       # wrk sees beyond is the response's way back and wrk's own wait.
       tail -n +"$((seen + 1))" "$work/server.log" >"$work/round.log"
-      python3 - "$round" "$c" "$f" "$s" "$(python3 bench/bots/latency.py "$work/round.log" '$execute')" <<'PY'
+      python3 - "$round" "$c" "$f" "$s" "$(python3 bench/bots/latency.py "$work/round.log" '$execute')" "$d" <<'PY'
 import sys
-r, c, f, s, srv = sys.argv[1], sys.argv[2], sys.argv[3].split(), sys.argv[4].split(), sys.argv[5]
-f50, f99, frps = map(float, f); s50, s99, srps = map(float, s)
+r, c, f, s, srv, d = sys.argv[1], sys.argv[2], sys.argv[3].split(), sys.argv[4].split(), sys.argv[5], sys.argv[6].split()
+f50, f99, frps = map(float, f); s50, s99, srps = map(float, s); d50, d99, drps = map(float, d)
 print(f"round {r}, {c} connection(s): floor p50 {f50:.0f} us p99 {f99:.0f} us {frps:,.0f}/s | "
       f"sandbot p50 {s50:.0f} us p99 {s99:.0f} us {srps:,.0f}/s | ratios p50 {s50/f50:.2f}x p99 {s99/f99:.2f}x rps {srps/frps:.2f}x")
+print(f"  durable floor p50 {d50:.0f} us p99 {d99:.0f} us {drps:,.0f}/s | sandbot's ratios to it: "
+      f"p50 {s50/d50:.2f}x p99 {s99/d99:.2f}x rps {srps/drps:.2f}x")
 print(f"  sandbot {srv}")
 PY
     done
   done
-  kill "$FLOOR"
+  kill "$FLOOR" "$DFLOOR"
   # Were the AuditEvents kept? (dropped, or executions that waited for the writer)
   curl -s http://127.0.0.1:19110/metrics | grep -E '^sandbot_bot_audit_(events_dropped|queue_full|journal_failures)' || true
   # How long the journal's syncs took, which an execution waits for (the

@@ -11,11 +11,13 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	goruntime "runtime"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/sandbot/sandbot/internal/servertest"
+	"github.com/sandbot/sandbot/limits"
 	"github.com/sandbot/sandbot/store/storetest"
 )
 
@@ -210,7 +212,13 @@ func TestServeLifecycle(t *testing.T) {
 			if be.Name == "postgres" {
 				dbURL = be.NewURL(t)
 			}
+			procs := goruntime.GOMAXPROCS(0)
 			first := start(t, dataDir, dbURL)
+			// Twice the Ps per core while serving (decision 62); a set
+			// GOMAXPROCS is left as it is.
+			if want := 2 * limits.Cores(); os.Getenv("GOMAXPROCS") == "" && goruntime.GOMAXPROCS(0) != want {
+				t.Errorf("GOMAXPROCS %d while serving, want %d", goruntime.GOMAXPROCS(0), want)
+			}
 			m := credRE.FindStringSubmatch(first.stdout.String())
 			if m == nil || strings.Count(first.stdout.String(), "created the super-admin client") != 1 {
 				t.Fatalf("first start did not print the generated credentials once:\n%s", first.stdout.String())
@@ -285,6 +293,9 @@ func TestServeLifecycle(t *testing.T) {
 				}
 			case <-time.After(30 * time.Second):
 				t.Fatal("serve did not exit after cancel")
+			}
+			if got := goruntime.GOMAXPROCS(0); got != procs {
+				t.Errorf("GOMAXPROCS %d after serve returned, want %d as before", got, procs)
 			}
 			if c, err := net.DialTimeout("tcp", first.api, time.Second); err == nil {
 				c.Close()
