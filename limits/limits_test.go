@@ -2,8 +2,8 @@ package limits
 
 import (
 	"os"
-	goruntime "runtime"
 	"reflect"
+	goruntime "runtime"
 	"strings"
 	"testing"
 )

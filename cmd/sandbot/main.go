@@ -139,8 +139,8 @@ const gcBallastBytes = 64 << 20
 // 150-400 µs on the development machine), as the audit writer waits for
 // SQLite's writes and syncs: with one P per core, runnable requests waited
 // for a P while the cores had room. Twice the Ps raised the 8-connection
-// rate of the C echo bot by 17-49% and lowered its p99 (decision 62). The
-// limits and the runtime still count executions per core.
+// rate of the C echo bot by 10-24% and halved its p99 (decision 62). The
+// limits and the runtime still count executions per core (limits.Cores).
 const procsPerCore = 2
 
 func serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
