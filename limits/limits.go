@@ -16,7 +16,9 @@ import (
 // Cores is how many cores the node's executions share: the scheduler's
 // default number of Ps (the CPUs, or the container's CPU quota), and never
 // more than the CPUs, since serve runs more Ps than cores (docs/decisions.md
-// 62). ExecutionsPerCore and GuestCores count per core of these.
+// 62). ExecutionsPerCore and GuestCores count per core of these. serve
+// reads it (through the limits and the runtime) before it raises the Ps: in
+// a container whose quota is below the CPUs, it is the raised count after.
 func Cores() int {
 	return min(goruntime.NumCPU(), goruntime.GOMAXPROCS(0))
 }
