@@ -582,21 +582,10 @@ func TestChunkedBulkMemory(t *testing.T) {
 	}
 }
 
-// TestAdmissionCountsPerCore: the executions admitted at once are
-// ExecutionsPerCore times Config.Cores, and by default times the cores
-// (limits.Cores), not the Ps, which serve raises past the cores
-// (docs/decisions.md 62).
+// TestAdmissionCountsPerCore: the executions admitted at once and the
+// guest turns are counted per core (limits.Cores), not per P, which serve
+// raises past the cores (docs/decisions.md 62).
 func TestAdmissionCountsPerCore(t *testing.T) {
-	for _, tc := range []struct{ cores, want int }{{3, 15}, {0, 5 * limits.Cores()}} {
-		r, err := New(context.Background(), Config{Cores: tc.cores, Limits: limits.Limits{ExecutionsPerCore: 5}})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if r.admission.slots != tc.want {
-			t.Errorf("Cores %d: %d executions admitted at once, want %d", tc.cores, r.admission.slots, tc.want)
-		}
-		r.Close(context.Background())
-	}
 	defer goruntime.GOMAXPROCS(goruntime.GOMAXPROCS(4 * goruntime.NumCPU()))
 	r, err := New(context.Background(), Config{Limits: limits.Limits{ExecutionsPerCore: 5}})
 	if err != nil {
@@ -605,5 +594,8 @@ func TestAdmissionCountsPerCore(t *testing.T) {
 	defer r.Close(context.Background())
 	if want := 5 * goruntime.NumCPU(); r.admission.slots != want {
 		t.Errorf("with GOMAXPROCS raised: %d executions admitted at once, want %d", r.admission.slots, want)
+	}
+	if want := 2 * goruntime.NumCPU(); r.cpu.cores != want {
+		t.Errorf("with GOMAXPROCS raised: %d guest turns, want twice the %d CPUs", r.cpu.cores, goruntime.NumCPU())
 	}
 }

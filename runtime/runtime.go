@@ -48,10 +48,6 @@ type Config struct {
 	// bot's MedplumClient (its requests never leave the process); "" is
 	// http://localhost:8103/.
 	BaseURL string
-	// Cores is how many cores executions share, what the admission's
-	// ExecutionsPerCore and the default GuestCores count per; 0 is
-	// limits.Cores().
-	Cores int
 
 	noPool bool // tests and benchmarks: plain Go memory instead of the pool
 	noJS   bool // tests: behave as a build without the JavaScript engine
@@ -96,15 +92,6 @@ type Runtime struct {
 	flights     map[string]*compileFlight
 }
 
-// guestCores is how many executions run guest code at once: n, or twice
-// the cores (runtime/RATIONALE.md, "Sharing the CPU").
-func guestCores(n int64, cores int) int {
-	if n > 0 {
-		return int(n)
-	}
-	return 2 * cores
-}
-
 // wasm32MaxPages is the largest memory a 32-bit module can address (4 GiB).
 const wasm32MaxPages = 65536
 
@@ -117,10 +104,6 @@ func New(ctx context.Context, cfg Config) (*Runtime, error) {
 		return nil, errors.New("runtime: BotMemoryBytes below one page")
 	}
 	memoryLimit := min(uint64(cfg.Limits.BotMemoryBytes)/page*page, 4<<30-page)
-	cores := cfg.Cores
-	if cores <= 0 {
-		cores = limits.Cores()
-	}
 	logger := cfg.Logger
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
@@ -174,9 +157,11 @@ func New(ctx context.Context, cfg Config) (*Runtime, error) {
 		platform:     platform(cacheDir),
 		ownCacheDir:  ownCacheDir,
 		compileSlots: make(chan struct{}, max(l.CompileConcurrency, 1)),
-		admission: newAdmission(l.ExecutionMemoryBytes, l.ProjectExecutionPercent, int(l.ExecutionsPerCore)*cores,
+		admission: newAdmission(l.ExecutionMemoryBytes, l.ProjectExecutionPercent, int(l.ExecutionsPerCore)*limits.Cores(),
 			time.Duration(max(l.ExecutionWaitMillis, 0))*time.Millisecond),
-		cpu: newCPUTurns(guestCores(l.GuestCores, cores)),
+		// GuestCores (by default twice the cores: runtime/RATIONALE.md,
+		// "Sharing the CPU") is set by WithDefaults above.
+		cpu: newCPUTurns(int(l.GuestCores)),
 	}
 	r.metrics.budgetBytes.Set(float64(r.admission.budget))
 	if err := instantiateWASI(ctx, wz); err != nil {

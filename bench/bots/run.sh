@@ -16,7 +16,7 @@
 # same request) and the durable floor (the same handler answering once a
 # line is synced to disk, as sandbot's audit journal does), at 1 and 8
 # connections, ROUNDS rounds (default 2), as wrk
-# sees them (p50, p99, requests/s) and as ratios to the floor, and the
+# sees them (p50, p99, requests/s) and as ratios to both floors, and the
 # server-side percentiles of the same requests.
 # Server-side latency comes from sandbot's access log (exact per-request
 # durations); client-side figures are wrk's.

@@ -152,7 +152,6 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	logOut := logging.NewBufferedWriter(stderr)
 	defer logOut.Close()
 	log := logging.New(logOut, cfg.LogLevel)
-	cores := limits.Cores()
 	if os.Getenv("GOGC") == "" {
 		// Requests allocate briefly and little survives them (a live heap
 		// of about 8 MiB), so the collector would run every 80 ms under
@@ -201,7 +200,6 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		Registerer: reg,
 		Logger:     log,
 		BaseURL:    cfg.BaseURL,
-		Cores:      cores,
 	})
 	if err != nil {
 		log.Error("bot runtime unavailable", "err", err)
@@ -242,8 +240,10 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stdout, "sandbot: created the super-admin client\n  client id:     %s\n  client secret: %s\n", b.ClientID, b.Secret)
 	}
 
+	// Raised only now: the limits and the runtime above have counted the
+	// cores (limits.Cores) from the Ps the scheduler chose.
 	if os.Getenv("GOMAXPROCS") == "" {
-		defer goruntime.GOMAXPROCS(goruntime.GOMAXPROCS(procsPerCore * cores))
+		defer goruntime.GOMAXPROCS(goruntime.GOMAXPROCS(procsPerCore * limits.Cores()))
 	}
 
 	apiLis, err := net.Listen("tcp", cfg.Addr)
